@@ -1,0 +1,39 @@
+//! The `machine.sapcloud.io/v1alpha1` API of the machine controller manager.
+//!
+//! The four kinds (`Machine`, `MachineSet`, `MachineDeployment`, `MachineClass`) keep the JSON field names,
+//! optionality and well-known keys of the Gardener machine controller manager, so that manifests written for it work
+//! here unchanged. This crate has no I/O: it holds the types, the well-known [`keys`], [`validation`] as pure
+//! functions returning field paths, and [`crd`] generation from the Rust types.
+
+pub mod crd;
+pub mod duration;
+pub mod keys;
+mod machine;
+mod machineclass;
+mod machinedeployment;
+mod machineset;
+mod resource;
+mod shared;
+pub mod validation;
+
+pub use duration::GoDuration;
+pub use machine::{
+    CurrentStatus, LastOperation, Machine, MachineOperationType, MachinePhase, MachineSpec, MachineState,
+    MachineStatus,
+};
+pub use machineclass::{MachineClass, NodeTemplate};
+pub use machinedeployment::{
+    InPlaceUpdateMachineDeployment, MachineDeployment, MachineDeploymentCondition,
+    MachineDeploymentConditionType, MachineDeploymentSpec, MachineDeploymentStatus,
+    MachineDeploymentStrategy, RollbackConfig, RollingUpdateMachineDeployment, StrategyType,
+};
+pub use machineset::{
+    MachineSet, MachineSetCondition, MachineSetConditionType, MachineSetSpec, MachineSetStatus,
+};
+pub use resource::{API_VERSION, GROUP, VERSION};
+pub use shared::{
+    ClassSpec, ConditionStatus, MachineConfiguration, MachineSummary, MachineTemplateSpec, NodeTemplateSpec,
+};
+
+/// Re-exported so that users of the API types need not pin k8s-openapi themselves.
+pub use k8s_openapi;
