@@ -1,2 +1,9 @@
-//! The embedded Kubernetes-compatible API server for the subset this project uses (not built yet; the embedded API
-//! server issues fill it). It serves `mcm up` and every integration and end-to-end test.
+//! The embedded Kubernetes-compatible API server for the subset this project uses.
+//!
+//! It serves the four machine kinds and the core, coordination, storage, policy and events resources the
+//! controllers and kubectl need, following the Kubernetes API conventions for that subset. It is the embedded
+//! default under `mcm up` and the ground of every integration and end-to-end test. See docs/apiserver.md.
+
+pub mod patch;
+pub mod pki;
+pub mod selectors;

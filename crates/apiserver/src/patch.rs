@@ -1,0 +1,1 @@
+//! Merge, JSON and strategic merge patches (being written).

@@ -1,0 +1,1 @@
+//! Certificates, tokens and the kubeconfig (being written).
