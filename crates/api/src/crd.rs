@@ -40,7 +40,8 @@ pub fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> Schema {
 }
 
 /// The openAPIV3 schema of a type, inlined and rewritten to Kubernetes' structural-schema rules, as kube-derive does.
-fn schema_of<T: JsonSchema>() -> Value {
+/// Public so that the embedded API server describes built-in kinds the same way.
+pub fn schema_of<T: JsonSchema>() -> Value {
     let generator = SchemaSettings::openapi3()
         .with(|settings| {
             settings.inline_subschemas = true;
@@ -316,6 +317,9 @@ pub fn machine_class() -> Result<CustomResourceDefinition, CrdError> {
     let mut node_template = schema_of::<NodeTemplate>();
     node_template["description"] =
         json!("NodeTemplate contains resources and placement of the nodes, for scale-from-zero.");
+    // Required on the wire as in the reference (Go fields without omitempty); the Rust type keeps serde defaults
+    // so that the controllers can still read, and report on, an object stored before this rule.
+    node_template["required"] = json!(["capacity", "instanceType", "region", "zone"]);
     build(KindDef {
         kind: "MachineClass",
         plural: "machineclasses",

@@ -4,6 +4,19 @@
 //! controllers and kubectl need, following the Kubernetes API conventions for that subset. It is the embedded
 //! default under `mcm up` and the ground of every integration and end-to-end test. See docs/apiserver.md.
 
+pub mod discovery;
+pub mod error;
+pub mod objects;
+pub mod openapi;
 pub mod patch;
 pub mod pki;
+pub mod registry;
+pub mod rest;
+pub mod schema_check;
 pub mod selectors;
+pub mod server;
+pub mod store;
+pub mod table;
+pub mod watch;
+
+pub use server::{ApiServer, Config};

@@ -1,14 +1,17 @@
 //! `mcm`: the one binary of the machine controller manager.
 
-use std::io::Write;
+use std::{io::Write, net::IpAddr, path::PathBuf, time::Duration};
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 /// A declarative manager of Kubernetes worker machines, compatible with machine.sapcloud.io/v1alpha1.
 #[derive(Debug, Parser)]
 #[command(name = "mcm", version, about, long_about = None)]
 struct Cli {
+    /// Log format: `text` or `json`.
+    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -18,6 +21,50 @@ enum Command {
     /// Print the CustomResourceDefinitions of the four kinds (MachineClass, Machine, MachineSet,
     /// MachineDeployment) as YAML, ready for `kubectl apply -f -`.
     Crds,
+    /// Run the embedded Kubernetes-compatible API server alone (for provider authors and tests). It writes
+    /// DATA_DIR/kubeconfig (mode 0600) for kubectl, keeps its state in DATA_DIR, and runs until SIGINT or SIGTERM.
+    Apiserver(ApiserverArgs),
+}
+
+#[derive(Debug, Args)]
+struct ApiserverArgs {
+    /// Directory for the store, certificates, admin token and kubeconfig; reused across restarts.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Port to listen on; 0 picks a free port the first time and reuses it later with the same data dir.
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Address to listen on. Loopback by default; anything else exposes the server to the network.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// Keep objects in memory only (nothing survives a restart).
+    #[arg(long)]
+    in_memory: bool,
+    /// How many recent changes watches can resume from; older resourceVersions get 410 Gone.
+    #[arg(long, default_value_t = 10_000)]
+    watch_window: usize,
+    /// How often watches that ask for bookmarks get one (Go duration, e.g. 60s).
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    bookmark_interval: Duration,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    mcm_api::GoDuration::new(text)
+        .parse()
+        .map_err(|err| err.to_string())
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -31,6 +78,42 @@ fn main() -> anyhow::Result<()> {
                 .write_all(yaml.as_bytes())
                 .context("writing to standard output")?;
         }
+        Command::Apiserver(args) => {
+            init_logging(&cli.log_format);
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(run_apiserver(args))?;
+        }
+    }
+    Ok(())
+}
+
+async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
+    let mut config = mcm_apiserver::server::Config::new(&args.data_dir);
+    config.port = args.port;
+    config.bind = args.bind;
+    config.in_memory = args.in_memory;
+    config.watch_window = args.watch_window;
+    config.bookmark_interval = args.bookmark_interval;
+    let server = mcm_apiserver::server::ApiServer::start(config)
+        .await
+        .with_context(|| format!("starting the API server in {}", args.data_dir.display()))?;
+    println!("mcm apiserver listening on {}", server.url());
+    println!("kubeconfig: {}", server.kubeconfig().display());
+    println!(
+        "try: kubectl --kubeconfig {} get namespaces",
+        server.kubeconfig().display()
+    );
+    wait_for_signal().await?;
+    server.shutdown().await;
+    Ok(())
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result.context("waiting for SIGINT")?,
+        _ = terminate.recv() => {}
     }
     Ok(())
 }

@@ -1,0 +1,785 @@
+//! The HTTP surface: authentication, routing of Kubernetes API paths, content negotiation, and the verbs (get,
+//! list, watch, create, update, patch, delete, deletecollection) with the status and scale subresources.
+//!
+//! Object semantics live in [`crate::objects`]; this module turns requests into calls and results into responses.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use axum::body::Body;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use serde_json::{Value, json};
+
+use crate::{
+    discovery,
+    error::{ApiError, success_status},
+    objects::{self, FieldValidation, Outcome},
+    openapi::OpenApi,
+    registry::{Registry, ResourceDef},
+    selectors::{FieldSelector, LabelSelector},
+    store::Store,
+    table, watch,
+};
+
+/// Largest request body accepted (the real server's limit is about 3 MiB).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Who is calling.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User {
+    /// The user name (`admin`, later `system:node:<name>`).
+    pub name: String,
+    /// The groups (`system:masters` for the admin).
+    pub groups: Vec<String>,
+}
+
+/// Turns a bearer token into a user. A later issue adds node credentials; the admin token is the only one today.
+pub trait Authenticator: Send + Sync {
+    /// The user for this token, or None.
+    fn authenticate(&self, token: &str) -> Option<User>;
+}
+
+/// Authenticates the one admin token.
+pub struct AdminToken(pub String);
+
+impl Authenticator for AdminToken {
+    fn authenticate(&self, token: &str) -> Option<User> {
+        constant_time_eq(token.as_bytes(), self.0.as_bytes()).then(|| User {
+            name: "admin".into(),
+            groups: vec!["system:masters".into()],
+        })
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Everything a request needs.
+#[derive(Clone)]
+pub struct AppState {
+    /// The served resources.
+    pub registry: Registry,
+    /// The objects.
+    pub store: Arc<Store>,
+    /// The OpenAPI documents.
+    pub openapi: Arc<OpenApi>,
+    /// Token checks.
+    pub auth: Arc<dyn Authenticator>,
+    /// `host:port` clients use, for legacy discovery.
+    pub server_address: String,
+    /// How often watches that asked for bookmarks get one.
+    pub bookmark_interval: Duration,
+    /// Flips to true when the server stops; open watches end.
+    pub shutdown: tokio::sync::watch::Receiver<bool>,
+}
+
+/// The parsed query string.
+#[derive(Debug, Default)]
+pub struct Query(BTreeMap<String, String>);
+
+impl Query {
+    fn parse(query: Option<&str>) -> Self {
+        Self(
+            form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+                .into_owned()
+                .collect(),
+        )
+    }
+
+    /// A parameter.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    /// A boolean parameter (`true`, `1`).
+    pub fn flag(&self, key: &str) -> bool {
+        matches!(self.get(key), Some("true" | "1"))
+    }
+}
+
+/// The form of a response body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// `application/json`.
+    Json,
+    /// `application/yaml`.
+    Yaml,
+    /// A `meta.k8s.io` Table of this apiVersion.
+    Table(&'static str),
+}
+
+/// Picks the response form from the Accept header; 406 when nothing acceptable can be produced.
+pub fn negotiate(headers: &HeaderMap, table_allowed: bool) -> Result<Format, ApiError> {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .trim();
+    if accept.is_empty() {
+        return Ok(Format::Json);
+    }
+    if table_allowed && let Some(version) = table::wants_table(accept) {
+        return Ok(Format::Table(version));
+    }
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let base = parts.next().unwrap_or_default().to_ascii_lowercase();
+        // A range that asks for a representation we do not make (`as=Table;v=v2`) is not plain JSON.
+        let converts = parts.any(|p| p.starts_with("as="));
+        match base.as_str() {
+            "application/json" | "application/*" | "*/*" if !converts => return Ok(Format::Json),
+            "application/yaml" if !converts => return Ok(Format::Yaml),
+            _ => {}
+        }
+    }
+    Err(ApiError::NotAcceptable(
+        "only the following media types are accepted: application/json, application/yaml".into(),
+    ))
+}
+
+fn respond(status: StatusCode, content_type: &str, body: Vec<u8>, warnings: &[String]) -> Response<Body> {
+    let mut builder = Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, content_type)
+        .header(header::CACHE_CONTROL, "no-cache, private");
+    for warning in warnings {
+        let text = format!("299 - \"{}\"", warning.replace('\\', "\\\\").replace('"', "\\\""));
+        if let Ok(value) = HeaderValue::from_str(&text) {
+            builder = builder.header(header::WARNING, value);
+        }
+    }
+    builder
+        .body(Body::from(body))
+        .unwrap_or_else(|_| Response::new(Body::empty()))
+}
+
+/// A JSON or YAML response of a value.
+pub fn respond_value(
+    status: StatusCode,
+    value: &Value,
+    format: Format,
+    warnings: &[String],
+) -> Response<Body> {
+    match format {
+        Format::Yaml => match serde_saphyr::to_string(value) {
+            Ok(text) => respond(status, "application/yaml", text.into_bytes(), warnings),
+            Err(err) => error_response(&ApiError::Internal(format!("cannot write YAML: {err}"))),
+        },
+        _ => respond(
+            status,
+            "application/json",
+            serde_json::to_vec(value).unwrap_or_default(),
+            warnings,
+        ),
+    }
+}
+
+/// The Status response of an error.
+pub fn error_response(err: &ApiError) -> Response<Body> {
+    let mut response = respond(
+        err.code(),
+        "application/json",
+        serde_json::to_vec(&err.to_status()).unwrap_or_default(),
+        &[],
+    );
+    if let ApiError::TooManyRequests(_, Some(seconds), _) = err
+        && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
+    {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
+}
+
+/// What a request path names.
+enum Target {
+    Version,
+    Health,
+    CoreRoot,
+    GroupsRoot,
+    Group(String),
+    GroupVersion(String, String),
+    OpenApiV3Root,
+    OpenApiV3(String),
+    Resource {
+        def: Arc<ResourceDef>,
+        namespace: Option<String>,
+        name: Option<String>,
+        sub: Option<String>,
+    },
+}
+
+fn route(registry: &Registry, path: &str) -> Result<Target, ApiError> {
+    let segments: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let not_found = || ApiError::path_not_found(path);
+    let target = match segments.as_slice() {
+        ["version"] => Target::Version,
+        ["healthz" | "livez" | "readyz", ..] => Target::Health,
+        ["api"] => Target::CoreRoot,
+        ["apis"] => Target::GroupsRoot,
+        ["apis", group] => Target::Group((*group).to_owned()),
+        ["api", version] => Target::GroupVersion(String::new(), (*version).to_owned()),
+        ["apis", group, version] => Target::GroupVersion((*group).to_owned(), (*version).to_owned()),
+        ["openapi", "v3"] => Target::OpenApiV3Root,
+        ["openapi", "v3", rest @ ..] => Target::OpenApiV3(rest.join("/")),
+        ["api", version, rest @ ..] => resource_target(registry, "", version, rest).ok_or_else(not_found)?,
+        ["apis", group, version, rest @ ..] => {
+            resource_target(registry, group, version, rest).ok_or_else(not_found)?
+        }
+        _ => return Err(not_found()),
+    };
+    Ok(target)
+}
+
+fn resource_target(registry: &Registry, group: &str, version: &str, rest: &[&str]) -> Option<Target> {
+    let owned = |s: &&str| (*s).to_owned();
+    if let ["namespaces", namespace, plural, tail @ ..] = rest
+        && let Some(def) = registry.find(group, version, plural).filter(|d| d.namespaced)
+    {
+        if tail.len() > 2 {
+            return None;
+        }
+        return Some(Target::Resource {
+            def,
+            namespace: Some((*namespace).to_owned()),
+            name: tail.first().map(owned),
+            sub: tail.get(1).map(owned),
+        });
+    }
+    let [plural, tail @ ..] = rest else { return None };
+    let def = registry.find(group, version, plural)?;
+    if tail.len() > 2 || (def.namespaced && !tail.is_empty()) {
+        return None;
+    }
+    Some(Target::Resource {
+        def,
+        namespace: None,
+        name: tail.first().map(owned),
+        sub: tail.get(1).map(owned),
+    })
+}
+
+/// Serves one request.
+pub async fn handle(state: AppState, request: Request<Body>) -> Response<Body> {
+    let (parts, body) = request.into_parts();
+    match serve(&state, &parts, body).await {
+        Ok(response) => response,
+        Err(err) => {
+            tracing::debug!(method = %parts.method, path = %parts.uri.path(), code = err.code().as_u16(), "request failed");
+            error_response(&err)
+        }
+    }
+}
+
+async fn serve(
+    state: &AppState,
+    parts: &http::request::Parts,
+    body: Body,
+) -> Result<Response<Body>, ApiError> {
+    let path = parts.uri.path();
+    let target = route(&state.registry, path);
+    // Health and version are open, as on a real server; everything else needs a valid token.
+    if !matches!(target, Ok(Target::Version | Target::Health)) {
+        authenticate(state, &parts.headers)?;
+    }
+    let query = Query::parse(parts.uri.query());
+    match target? {
+        Target::Version => Ok(respond_value(StatusCode::OK, &version_info(), Format::Json, &[])),
+        Target::Health => Ok(respond(
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            b"ok".to_vec(),
+            &[],
+        )),
+        Target::CoreRoot => Ok(discovery_response(
+            &parts.headers,
+            || discovery::aggregated_core(&state.registry),
+            || discovery::api_versions(&state.server_address),
+        )),
+        Target::GroupsRoot => Ok(discovery_response(
+            &parts.headers,
+            || discovery::aggregated_groups(&state.registry),
+            || discovery::api_group_list(&state.registry),
+        )),
+        Target::Group(group) => discovery::api_group(&state.registry, &group)
+            .map(|v| respond_value(StatusCode::OK, &v, Format::Json, &[]))
+            .ok_or_else(|| ApiError::path_not_found(path)),
+        Target::GroupVersion(group, version) => {
+            discovery::api_resource_list(&state.registry, &group, &version)
+                .map(|v| respond_value(StatusCode::OK, &v, Format::Json, &[]))
+                .ok_or_else(|| ApiError::path_not_found(path))
+        }
+        Target::OpenApiV3Root => Ok(respond_value(
+            StatusCode::OK,
+            state.openapi.root(),
+            Format::Json,
+            &[],
+        )),
+        Target::OpenApiV3(gv) => openapi_document(state, &gv, &query, &parts.headers),
+        Target::Resource {
+            def,
+            namespace,
+            name,
+            sub,
+        } => {
+            let request = ResourceRequest {
+                state,
+                def,
+                namespace,
+                name,
+                sub,
+                query,
+                headers: &parts.headers,
+            };
+            request.serve(&parts.method, body).await
+        }
+    }
+}
+
+fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<User, ApiError> {
+    let token = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .ok_or(ApiError::Unauthorized)?;
+    state.auth.authenticate(token).ok_or(ApiError::Unauthorized)
+}
+
+fn version_info() -> Value {
+    json!({
+        "major": "1",
+        "minor": "32",
+        "gitVersion": concat!("v1.32.0-mcm.", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "1970-01-01T00:00:00Z",
+        "goVersion": "rust",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+    })
+}
+
+fn discovery_response(
+    headers: &HeaderMap,
+    aggregated: impl FnOnce() -> Value,
+    legacy: impl FnOnce() -> Value,
+) -> Response<Body> {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if discovery::wants_aggregated(accept) {
+        let body = serde_json::to_vec(&aggregated()).unwrap_or_default();
+        let mut response = respond(
+            StatusCode::OK,
+            discovery::AGGREGATED_DISCOVERY_CONTENT_TYPE,
+            body,
+            &[],
+        );
+        response
+            .headers_mut()
+            .insert(header::VARY, HeaderValue::from_static("Accept"));
+        response
+    } else {
+        respond_value(StatusCode::OK, &legacy(), Format::Json, &[])
+    }
+}
+
+fn openapi_document(
+    state: &AppState,
+    gv: &str,
+    query: &Query,
+    headers: &HeaderMap,
+) -> Result<Response<Body>, ApiError> {
+    let (hash, document) = state
+        .openapi
+        .document(gv)
+        .ok_or_else(|| ApiError::path_not_found(&format!("/openapi/v3/{gv}")))?;
+    let etag = format!("\"{hash}\"");
+    if let Some(asked) = query.get("hash")
+        && asked != hash
+    {
+        let mut response = respond(
+            StatusCode::MOVED_PERMANENTLY,
+            "text/plain; charset=utf-8",
+            Vec::new(),
+            &[],
+        );
+        if let Ok(location) = HeaderValue::from_str(&format!("/openapi/v3/{gv}?hash={hash}")) {
+            response.headers_mut().insert(header::LOCATION, location);
+        }
+        return Ok(response);
+    }
+    if headers.get(header::IF_NONE_MATCH).and_then(|v| v.to_str().ok()) == Some(etag.as_str()) {
+        return Ok(respond(
+            StatusCode::NOT_MODIFIED,
+            "application/json",
+            Vec::new(),
+            &[],
+        ));
+    }
+    let mut response = respond_value(StatusCode::OK, document, Format::Json, &[]);
+    if let Ok(value) = HeaderValue::from_str(&etag) {
+        response.headers_mut().insert(header::ETAG, value);
+    }
+    if query.get("hash").is_some() {
+        response.headers_mut().insert(
+            header::CACHE_CONTROL,
+            HeaderValue::from_static("public, immutable"),
+        );
+    }
+    Ok(response)
+}
+
+async fn read_body(body: Body) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| {
+        ApiError::TooLarge(format!(
+            "the request body is larger than the limit of {MAX_BODY_BYTES} bytes"
+        ))
+    })
+}
+
+/// Decodes a create or update body (JSON, or YAML when the Content-Type says so; JSON when there is none, as
+/// kubectl's scale client sends).
+fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let base = content_type
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    let value: Value = match base.as_str() {
+        "application/json" | "" => serde_json::from_slice(body)
+            .map_err(|err| ApiError::BadRequest(format!("error decoding the request body as JSON: {err}")))?,
+        "application/yaml" | "application/x-yaml" | "text/yaml" => {
+            let text = std::str::from_utf8(body)
+                .map_err(|_| ApiError::BadRequest("the YAML body is not UTF-8".into()))?;
+            serde_saphyr::from_str(text).map_err(|err| {
+                ApiError::BadRequest(format!("error decoding the request body as YAML: {err}"))
+            })?
+        }
+        other => {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "the body of the request was in an unknown format ({other}) - accepted media types include: \
+                 application/json, application/yaml"
+            )));
+        }
+    };
+    if !value.is_object() {
+        return Err(ApiError::BadRequest(
+            "the request body must be a JSON object".into(),
+        ));
+    }
+    Ok(value)
+}
+
+struct ResourceRequest<'a> {
+    state: &'a AppState,
+    def: Arc<ResourceDef>,
+    namespace: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+    query: Query,
+    headers: &'a HeaderMap,
+}
+
+impl ResourceRequest<'_> {
+    async fn serve(self, method: &Method, body: Body) -> Result<Response<Body>, ApiError> {
+        if self.query.get("dryRun").is_some_and(|v| !v.is_empty()) {
+            return Err(ApiError::BadRequest(
+                "dryRun is not supported by this server".into(),
+            ));
+        }
+        let sub = self.sub.as_deref();
+        match sub {
+            None | Some("status") if sub.is_none() || self.def.status_subresource => {}
+            Some("scale") if self.def.scale_subresource => {}
+            Some(other) => {
+                return Err(ApiError::path_not_found(&format!(
+                    "{}/{other}",
+                    self.def.group_resource()
+                )));
+            }
+            None => {}
+        }
+        match (method, &self.name) {
+            (&Method::GET, None) if self.query.flag("watch") => self.watch(),
+            (&Method::GET, None) => self.list(),
+            (&Method::GET, Some(name)) => self.get(name),
+            (&Method::POST, None) => {
+                let body = read_body(body).await?;
+                self.create(&body)
+            }
+            (&Method::PUT, Some(name)) => {
+                let body = read_body(body).await?;
+                self.update(name, &body)
+            }
+            (&Method::PATCH, Some(name)) => {
+                let body = read_body(body).await?;
+                self.patch(name, &body)
+            }
+            (&Method::DELETE, Some(name)) => {
+                let body = read_body(body).await?;
+                self.delete(name, &body)
+            }
+            (&Method::DELETE, None) => {
+                let body = read_body(body).await?;
+                self.delete_collection(&body)
+            }
+            (method, _) => Err(ApiError::MethodNotAllowed(format!(
+                "the server does not allow this method on the requested resource ({method} {})",
+                self.def.group_resource()
+            ))),
+        }
+    }
+
+    fn namespace(&self) -> &str {
+        if self.def.namespaced {
+            self.namespace.as_deref().unwrap_or_default()
+        } else {
+            ""
+        }
+    }
+
+    fn field_validation(&self) -> Result<FieldValidation, ApiError> {
+        match self.query.get("fieldValidation").unwrap_or("") {
+            "Strict" => Ok(FieldValidation::Strict),
+            "Warn" | "" => Ok(FieldValidation::Warn),
+            "Ignore" => Ok(FieldValidation::Ignore),
+            other => Err(ApiError::BadRequest(format!(
+                "fieldValidation parameter unsupported: {other} (supported: Strict, Warn, Ignore)"
+            ))),
+        }
+    }
+
+    fn selectors(&self) -> Result<(LabelSelector, FieldSelector), ApiError> {
+        let labels = LabelSelector::parse(self.query.get("labelSelector").unwrap_or(""))
+            .map_err(|err| ApiError::BadRequest(format!("unable to parse requirement: {err}")))?;
+        let fields = FieldSelector::parse(self.query.get("fieldSelector").unwrap_or(""))
+            .map_err(|err| ApiError::BadRequest(format!("invalid field selector: {err}")))?;
+        for field in fields.fields() {
+            let allowed = matches!(field, "metadata.name" | "metadata.namespace")
+                || self.def.selectable_fields.contains(&field);
+            if !allowed {
+                return Err(ApiError::BadRequest(format!(
+                    "field label not supported: {field} (for {})",
+                    self.def.group_resource()
+                )));
+            }
+        }
+        Ok((labels, fields))
+    }
+
+    fn get(&self, name: &str) -> Result<Response<Body>, ApiError> {
+        let object = self
+            .state
+            .store
+            .get(&objects::resource_id(&self.def), self.namespace(), name)
+            .ok_or_else(|| ApiError::not_found(&self.def, name))?;
+        if self.sub.as_deref() == Some("scale") {
+            let format = negotiate(self.headers, false)?;
+            return Ok(respond_value(
+                StatusCode::OK,
+                &objects::scale_of(&object),
+                format,
+                &[],
+            ));
+        }
+        match negotiate(self.headers, true)? {
+            Format::Table(version) => {
+                let meta = json!({ "resourceVersion": object["metadata"]["resourceVersion"] });
+                let table = table::table(&self.def, &[&object], true, meta, jiff::Timestamp::now(), version);
+                Ok(respond_value(StatusCode::OK, &table, Format::Json, &[]))
+            }
+            format => Ok(respond_value(StatusCode::OK, &object, format, &[])),
+        }
+    }
+
+    fn list(&self) -> Result<Response<Body>, ApiError> {
+        let format = negotiate(self.headers, true)?;
+        let (labels, fields) = self.selectors()?;
+        let namespace = self.def.namespaced.then_some(()).and(self.namespace.as_deref());
+        let (items, rv) = self.state.store.list(&objects::resource_id(&self.def), namespace);
+        let limit = match self.query.get("limit") {
+            None | Some("" | "0") => usize::MAX,
+            Some(text) => text.parse::<usize>().map_err(|_| {
+                ApiError::BadRequest(format!("invalid limit {text:?}: must be a non-negative integer"))
+            })?,
+        };
+        let start_after = match self.query.get("continue").filter(|c| !c.is_empty()) {
+            None => None,
+            Some(token) => Some(objects::decode_continue(token)?),
+        };
+        let selected = |object: &Value| {
+            let labels_of = objects::labels(object);
+            labels.matches(&labels_of) && fields.matches(object)
+        };
+        let mut page = Vec::new();
+        let mut remaining = 0usize;
+        let mut last_key = None;
+        for item in &items {
+            let key = objects::sort_key(item);
+            if start_after.as_ref().is_some_and(|after| &key <= after) || !selected(item) {
+                continue;
+            }
+            if page.len() < limit {
+                last_key = Some(key);
+                page.push(Arc::clone(item));
+            } else {
+                remaining += 1;
+            }
+        }
+        let mut metadata = json!({ "resourceVersion": rv.to_string() });
+        if remaining > 0
+            && let Some(key) = last_key
+        {
+            metadata["continue"] = json!(objects::encode_continue(rv, &key));
+            metadata["remainingItemCount"] = json!(remaining);
+        }
+        if let Format::Table(version) = format {
+            let refs: Vec<&Value> = page.iter().map(|v| &**v).collect();
+            let table = table::table(&self.def, &refs, true, metadata, jiff::Timestamp::now(), version);
+            return Ok(respond_value(StatusCode::OK, &table, Format::Json, &[]));
+        }
+        let list = json!({
+            "apiVersion": self.def.api_version(),
+            "kind": self.def.list_kind(),
+            "metadata": metadata,
+            "items": page.iter().map(|v| &**v).collect::<Vec<_>>(),
+        });
+        Ok(respond_value(StatusCode::OK, &list, format, &[]))
+    }
+
+    fn watch(&self) -> Result<Response<Body>, ApiError> {
+        let format = negotiate(self.headers, true)?;
+        let (labels, fields) = self.selectors()?;
+        let namespace = self.def.namespaced.then_some(()).and(self.namespace.clone());
+        watch::start(
+            self.state,
+            Arc::clone(&self.def),
+            namespace,
+            labels,
+            fields,
+            &self.query,
+            format,
+        )
+    }
+
+    fn context(&self) -> Result<objects::Context, ApiError> {
+        Ok(objects::Context {
+            def: Arc::clone(&self.def),
+            namespace: self.namespace().to_owned(),
+            now: jiff::Timestamp::now(),
+            field_validation: self.field_validation()?,
+        })
+    }
+
+    fn create(&self, body: &[u8]) -> Result<Response<Body>, ApiError> {
+        let format = negotiate(self.headers, false)?;
+        let object = decode_object(self.headers, body)?;
+        let ctx = self.context()?;
+        let Outcome { object, warnings, .. } = objects::create(&self.state.store, &ctx, object)?;
+        Ok(respond_value(StatusCode::CREATED, &object, format, &warnings))
+    }
+
+    fn update(&self, name: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {
+        let format = negotiate(self.headers, false)?;
+        let object = decode_object(self.headers, body)?;
+        let ctx = self.context()?;
+        let outcome = match self.sub.as_deref() {
+            Some("scale") => objects::update_scale(&self.state.store, &ctx, name, &object)?,
+            Some(_) => objects::update_status(&self.state.store, &ctx, name, object)?,
+            None => objects::update(&self.state.store, &ctx, name, object)?,
+        };
+        Ok(self.write_response(&outcome, format))
+    }
+
+    fn patch(&self, name: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {
+        let format = negotiate(self.headers, false)?;
+        let content_type = self
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        let patch_type = objects::patch_type(&self.def, content_type)?;
+        let ctx = self.context()?;
+        let outcome = objects::patch(
+            &self.state.store,
+            &ctx,
+            name,
+            self.sub.as_deref(),
+            patch_type,
+            body,
+        )?;
+        Ok(self.write_response(&outcome, format))
+    }
+
+    fn write_response(&self, outcome: &Outcome, format: Format) -> Response<Body> {
+        let body = if self.sub.as_deref() == Some("scale") {
+            objects::scale_of(&outcome.object)
+        } else {
+            outcome.object.clone()
+        };
+        respond_value(StatusCode::OK, &body, format, &outcome.warnings)
+    }
+
+    fn delete(&self, name: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {
+        let format = negotiate(self.headers, false)?;
+        let options = objects::DeleteOptions::parse(body, &self.query)?;
+        let ctx = self.context()?;
+        match objects::delete(&self.state.store, &ctx, name, &options)? {
+            objects::Deleted::Gone(last) => {
+                let uid = last["metadata"]["uid"].as_str().unwrap_or_default();
+                Ok(respond_value(
+                    StatusCode::OK,
+                    &success_status(&self.def, name, uid),
+                    format,
+                    &[],
+                ))
+            }
+            objects::Deleted::Marked(object) => Ok(respond_value(StatusCode::OK, &object, format, &[])),
+        }
+    }
+
+    fn delete_collection(&self, body: &[u8]) -> Result<Response<Body>, ApiError> {
+        let format = negotiate(self.headers, false)?;
+        let options = objects::DeleteOptions::parse(body, &self.query)?;
+        let (labels, fields) = self.selectors()?;
+        let namespace = self.def.namespaced.then_some(()).and(self.namespace.as_deref());
+        let (items, _) = self.state.store.list(&objects::resource_id(&self.def), namespace);
+        let ctx = self.context()?;
+        let mut deleted = Vec::new();
+        for item in items
+            .iter()
+            .filter(|item| labels.matches(&objects::labels(item)) && fields.matches(item))
+        {
+            let name = item["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+            let mut item_ctx = ctx.clone();
+            item["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or_default()
+                .clone_into(&mut item_ctx.namespace);
+            match objects::delete(&self.state.store, &item_ctx, &name, &options) {
+                Ok(objects::Deleted::Gone(last) | objects::Deleted::Marked(last)) => deleted.push(last),
+                Err(ApiError::NotFound(_)) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        let list = json!({
+            "apiVersion": self.def.api_version(),
+            "kind": self.def.list_kind(),
+            "metadata": { "resourceVersion": self.state.store.current_rv().to_string() },
+            "items": deleted,
+        });
+        Ok(respond_value(StatusCode::OK, &list, format, &[]))
+    }
+}

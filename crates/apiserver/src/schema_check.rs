@@ -1,0 +1,222 @@
+//! Checking an object against its structural schema, as the API server does for custom resources: unknown
+//! fields are found (and pruned), and wrong types, missing required fields and unsupported enum values become the
+//! field causes of a 422.
+
+use serde_json::Value;
+
+use crate::error::Cause;
+
+/// What the check found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Paths of fields the schema does not declare (pruned from the object).
+    pub unknown: Vec<String>,
+    /// Type, required and enum violations.
+    pub causes: Vec<Cause>,
+}
+
+/// Checks `value` against `schema`, removing undeclared fields (and `null` values of fields that are not
+/// nullable, which the API server drops too). The root `metadata` of a custom resource is the server's own and is
+/// only checked when the schema declares its properties.
+pub fn check(schema: &Value, value: &mut Value) -> Report {
+    let mut report = Report::default();
+    walk(schema, value, "", &mut report);
+    report
+}
+
+fn join(path: &str, field: &str) -> String {
+    if path.is_empty() {
+        field.to_owned()
+    } else {
+        format!("{path}.{field}")
+    }
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn type_matches(expected: &str, value: &Value) -> bool {
+    match expected {
+        "number" => value.is_number(),
+        other => json_type(value) == other,
+    }
+}
+
+fn walk(schema: &Value, value: &mut Value, path: &str, report: &mut Report) {
+    if schema.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true)) {
+        if !(value.is_string() || value.as_i64().is_some() || value.as_u64().is_some()) {
+            report.causes.push(type_cause(path, value, "integer or string"));
+        }
+        return;
+    }
+    if let Some(expected) = schema.get("type").and_then(Value::as_str)
+        && !type_matches(expected, value)
+    {
+        report.causes.push(type_cause(path, value, expected));
+        return;
+    }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !value.is_null()
+        && !allowed.contains(value)
+    {
+        let list: Vec<String> = allowed.iter().map(Value::to_string).collect();
+        report.causes.push(Cause {
+            reason: "FieldValueNotSupported",
+            message: format!(
+                "Unsupported value: {value}: supported values: {}",
+                list.join(", ")
+            ),
+            field: path.to_owned(),
+        });
+    }
+    let preserve = schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+    match value {
+        Value::Object(fields) => {
+            let properties = schema.get("properties").and_then(Value::as_object);
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            if properties.is_none() && additional.is_none() {
+                // A free-form object (or one whose fields the schema leaves open): nothing more to check.
+                return;
+            }
+            if let Some(required) = schema.get("required").and_then(Value::as_array) {
+                for name in required.iter().filter_map(Value::as_str) {
+                    if fields.get(name).is_none_or(Value::is_null) {
+                        report.causes.push(Cause {
+                            reason: "FieldValueRequired",
+                            message: "Required value".into(),
+                            field: join(path, name),
+                        });
+                    }
+                }
+            }
+            let mut remove = Vec::new();
+            for (name, child) in fields.iter_mut() {
+                let child_path = join(path, name);
+                let child_schema = properties.and_then(|p| p.get(name)).or(additional);
+                match child_schema {
+                    Some(child_schema) => {
+                        let nullable = child_schema.get("nullable") == Some(&Value::Bool(true));
+                        if child.is_null() {
+                            if !nullable {
+                                remove.push(name.clone());
+                            }
+                            continue;
+                        }
+                        walk(child_schema, child, &child_path, report);
+                    }
+                    None if preserve => {}
+                    None => {
+                        report.unknown.push(child_path);
+                        remove.push(name.clone());
+                    }
+                }
+            }
+            for name in remove {
+                fields.remove(&name);
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items") {
+                for (i, item) in items.iter_mut().enumerate() {
+                    if !item.is_null() {
+                        walk(item_schema, item, &format!("{path}[{i}]"), report);
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn type_cause(path: &str, value: &Value, expected: &str) -> Cause {
+    let actual = json_type(value);
+    Cause {
+        reason: "FieldValueTypeInvalid",
+        message: format!(
+            "Invalid value: \"{actual}\": {path} in body must be of type {expected}: \"{actual}\""
+        ),
+        field: path.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn machine_class_schema() -> Value {
+        crate::registry::Registry::new()
+            .find("machine.sapcloud.io", "v1alpha1", "machineclasses")
+            .unwrap()
+            .schema()
+            .clone()
+    }
+
+    #[test]
+    fn unknown_fields_are_reported_and_pruned_but_free_form_fields_are_kept() {
+        let mut class = json!({
+            "metadata": { "name": "c", "anything": 1 },
+            "providerSpec": { "whatever": { "nested": true } },
+            "colour": "blue",
+            "nodeTemplate": { "capacity": { "cpu": 2 }, "instanceType": "s", "region": "r", "zone": "z", "shape": "round" }
+        });
+        let report = check(&machine_class_schema(), &mut class);
+        assert_eq!(report.unknown, ["colour", "nodeTemplate.shape"]);
+        assert!(report.causes.is_empty(), "{:?}", report.causes);
+        assert!(class.get("colour").is_none());
+        assert_eq!(class["providerSpec"]["whatever"]["nested"], true);
+        assert_eq!(
+            class["metadata"]["anything"], 1,
+            "the root metadata of a custom resource is not pruned here"
+        );
+    }
+
+    #[test]
+    fn wrong_types_and_missing_required_fields_are_causes() {
+        let mut class =
+            json!({ "metadata": { "name": "c" }, "nodeTemplate": { "capacity": {}, "instanceType": 7 } });
+        let report = check(&machine_class_schema(), &mut class);
+        let found: Vec<(&str, &str)> = report
+            .causes
+            .iter()
+            .map(|c| (c.reason, c.field.as_str()))
+            .collect();
+        assert!(
+            found.contains(&("FieldValueRequired", "providerSpec")),
+            "{found:?}"
+        );
+        assert!(
+            found.contains(&("FieldValueTypeInvalid", "nodeTemplate.instanceType")),
+            "{found:?}"
+        );
+        let type_error = report
+            .causes
+            .iter()
+            .find(|c| c.field == "nodeTemplate.instanceType")
+            .unwrap();
+        assert_eq!(
+            type_error.message,
+            "Invalid value: \"integer\": nodeTemplate.instanceType in body must be of type string: \"integer\""
+        );
+    }
+
+    #[test]
+    fn enum_values_are_checked() {
+        let schema =
+            json!({ "type": "object", "properties": { "phase": { "type": "string", "enum": ["A", "B"] } } });
+        let mut value = json!({ "phase": "C" });
+        let report = check(&schema, &mut value);
+        assert_eq!(report.causes[0].reason, "FieldValueNotSupported");
+        assert_eq!(report.causes[0].field, "phase");
+    }
+}

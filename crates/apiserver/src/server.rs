@@ -1,0 +1,270 @@
+//! Starting and stopping the server: the data directory (store, certificates, admin token, kubeconfig, port), the
+//! TLS listener serving HTTP/1.1 and HTTP/2, and the background duties (emptying deleted namespaces).
+
+use std::{
+    convert::Infallible,
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use axum::body::Body;
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto,
+};
+use tokio::{net::TcpListener, sync::watch, task::JoinSet};
+
+use crate::{
+    objects,
+    openapi::OpenApi,
+    pki::{self, Pki},
+    registry::Registry,
+    rest::{self, AdminToken, AppState},
+    store::Store,
+};
+
+/// How to run the server.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where state, certificates, the admin token and the kubeconfig live. Reused across restarts.
+    pub data_dir: PathBuf,
+    /// Keep objects in memory only (certificates and kubeconfig still go to `data_dir`): for tests.
+    pub in_memory: bool,
+    /// Address to listen on; loopback by default.
+    pub bind: IpAddr,
+    /// Port; 0 picks a free one the first time and reuses it on later starts with the same data dir.
+    pub port: u16,
+    /// How many recent changes a watch can resume from.
+    pub watch_window: usize,
+    /// How often watches that asked for bookmarks get one.
+    pub bookmark_interval: Duration,
+    /// How often deleted namespaces are emptied.
+    pub namespace_sweep_interval: Duration,
+}
+
+impl Config {
+    /// Defaults for a data directory: loopback, a free port, persistent.
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        Self {
+            data_dir: data_dir.into(),
+            in_memory: false,
+            bind: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port: 0,
+            watch_window: 10_000,
+            bookmark_interval: Duration::from_mins(1),
+            namespace_sweep_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The data directory could not be prepared.
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Certificates, token or kubeconfig.
+    #[error(transparent)]
+    Pki(#[from] pki::PkiError),
+    /// The store.
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    /// The listener.
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        /// The address.
+        address: SocketAddr,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Setting up the server's state failed.
+    #[error("cannot initialize the server: {0}")]
+    Init(String),
+}
+
+/// A running server.
+pub struct ApiServer {
+    url: String,
+    kubeconfig: PathBuf,
+    store: Arc<Store>,
+    shutdown: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+const SETTINGS_FILE: &str = "apiserver.json";
+
+fn remembered_port(dir: &Path) -> Option<u16> {
+    let text = std::fs::read_to_string(dir.join(SETTINGS_FILE)).ok()?;
+    let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+    value["port"].as_u64().and_then(|p| u16::try_from(p).ok())
+}
+
+impl ApiServer {
+    /// Starts the server: prepares the data directory, opens the store, binds the port and serves in the
+    /// background until [`ApiServer::shutdown`].
+    pub async fn start(config: Config) -> Result<Self, ServerError> {
+        let dir = &config.data_dir;
+        let io_err = |source| ServerError::DataDir {
+            path: dir.clone(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(io_err)?;
+        let mut hosts = Vec::new();
+        if !config.bind.is_loopback() && !config.bind.is_unspecified() {
+            hosts.push(config.bind.to_string());
+        }
+        let pki = Pki::load_or_create(dir, &hosts)?;
+        let token = pki::load_or_create_token(dir)?;
+        let store = Arc::new(Store::open(
+            (!config.in_memory).then(|| dir.join("store.redb")).as_deref(),
+            config.watch_window,
+        )?);
+        let registry = Registry::new();
+        objects::ensure_default_namespaces(&store, &registry)
+            .map_err(|e| ServerError::Init(e.to_string()))?;
+
+        let port = if config.port == 0 {
+            remembered_port(dir).unwrap_or(0)
+        } else {
+            config.port
+        };
+        let address = SocketAddr::new(config.bind, port);
+        let listener = TcpListener::bind(address)
+            .await
+            .map_err(|source| ServerError::Listen { address, source })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| ServerError::Listen { address, source })?;
+        std::fs::write(
+            dir.join(SETTINGS_FILE),
+            serde_json::json!({ "port": local.port() }).to_string(),
+        )
+        .map_err(io_err)?;
+        let host = if local.ip().is_unspecified() {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        } else {
+            local.ip()
+        };
+        let url = format!("https://{}", SocketAddr::new(host, local.port()));
+        let kubeconfig = dir.join("kubeconfig");
+        pki::write_kubeconfig(&kubeconfig, &url, &pki.ca_cert_pem, &token)?;
+
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let state = AppState {
+            openapi: Arc::new(OpenApi::build(&registry)),
+            registry: registry.clone(),
+            store: Arc::clone(&store),
+            auth: Arc::new(AdminToken(token)),
+            server_address: SocketAddr::new(host, local.port()).to_string(),
+            bookmark_interval: config.bookmark_interval,
+            shutdown: shutdown_rx.clone(),
+        };
+        let tls = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config()?));
+        let mut tasks = JoinSet::new();
+        tasks.spawn(accept_loop(listener, tls, state, shutdown_rx.clone()));
+        tasks.spawn(sweep_namespaces(
+            Arc::clone(&store),
+            registry,
+            config.namespace_sweep_interval,
+            shutdown_rx,
+        ));
+        tracing::info!(url = %url, kubeconfig = %kubeconfig.display(), "API server listening");
+        Ok(Self {
+            url,
+            kubeconfig,
+            store,
+            shutdown,
+            tasks,
+        })
+    }
+
+    /// The server's URL (`https://127.0.0.1:<port>`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The kubeconfig with the admin token (mode 0600).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The object store, for in-process test hooks.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// Stops accepting, ends open watches and connections, and closes the store.
+    pub async fn shutdown(mut self) {
+        let _ = self.shutdown.send(true);
+        while self.tasks.join_next().await.is_some() {}
+        tracing::info!(url = %self.url, "API server stopped");
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    tls: tokio_rustls::TlsAcceptor,
+    state: AppState,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let Ok((stream, peer)) = accepted else { continue };
+                let tls = tls.clone();
+                let state = state.clone();
+                connections.spawn(async move {
+                    let stream = match tls.accept(stream).await {
+                        Ok(stream) => stream,
+                        Err(err) => {
+                            tracing::debug!(%peer, error = %err, "TLS handshake failed");
+                            return;
+                        }
+                    };
+                    let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                        let state = state.clone();
+                        async move { Ok::<_, Infallible>(rest::handle(state, request.map(Body::new)).await) }
+                    });
+                    if let Err(err) = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .await
+                    {
+                        tracing::debug!(%peer, error = %err, "connection ended with an error");
+                    }
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    // Give responses in flight a moment, then cut what remains (idle keep-alive connections, open watches).
+    let _ = tokio::time::timeout(Duration::from_millis(200), async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    connections.abort_all();
+    while connections.join_next().await.is_some() {}
+}
+
+async fn sweep_namespaces(
+    store: Arc<Store>,
+    registry: Registry,
+    every: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => objects::finalize_namespaces(&store, &registry, jiff::Timestamp::now()),
+            _ = shutdown.changed() => return,
+        }
+    }
+}

@@ -1,0 +1,486 @@
+//! Object storage: every object of every resource, one monotonic resourceVersion counter, and the log of recent
+//! changes that watches replay.
+//!
+//! State lives in memory and, unless the server runs in memory only, in a redb database: each change is one
+//! committed (fsynced) transaction holding the object, the change event and the counter, so a crash at any point
+//! (kill -9 included) loses nothing that was acknowledged, and resourceVersions continue after a restart. The event
+//! log keeps the last `window` changes on disk too, so that a watch resumes across a restart without lost or
+//! repeated events; older resourceVersions get 410 Gone.
+
+use std::{
+    collections::{BTreeMap, HashMap, VecDeque},
+    path::Path,
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+use crate::error::ApiError;
+
+const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
+const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+const RV_KEY: &str = "resourceVersion";
+
+/// What happened to an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    /// Created.
+    Added,
+    /// Changed.
+    Modified,
+    /// Removed; the object is its last state, carrying the deletion's resourceVersion.
+    Deleted,
+}
+
+impl EventType {
+    /// The watch frame's `type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Added => "ADDED",
+            Self::Modified => "MODIFIED",
+            Self::Deleted => "DELETED",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "ADDED" => Some(Self::Added),
+            "MODIFIED" => Some(Self::Modified),
+            "DELETED" => Some(Self::Deleted),
+            _ => None,
+        }
+    }
+}
+
+/// One change, as watches see it.
+#[derive(Debug)]
+pub struct WatchEvent {
+    /// The resourceVersion of the change.
+    pub rv: u64,
+    /// What happened.
+    pub event_type: EventType,
+    /// The resource id (`group/plural`).
+    pub resource: String,
+    /// The object's namespace (empty for cluster-scoped).
+    pub namespace: String,
+    /// The object's name.
+    pub name: String,
+    /// The object after the change (its last state for a deletion).
+    pub object: Arc<Value>,
+    /// The object before a modification, when known (used to turn selector transitions into ADDED/DELETED).
+    pub previous: Option<Arc<Value>>,
+}
+
+/// What a mutation decided.
+#[derive(Debug)]
+pub enum Mutation {
+    /// Store this object (created or changed). Its `metadata.resourceVersion` is set by the store.
+    Put(Value),
+    /// Remove the object; the value is its last state (the store sets the deletion's resourceVersion on it).
+    Delete(Value),
+    /// Nothing changes (a no-op write writes nothing and emits no event).
+    Unchanged,
+}
+
+/// Storage failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be opened, read or written.
+    #[error("storage error: {0}")]
+    Db(String),
+    /// A stored record could not be decoded.
+    #[error("corrupt record in the store: {0}")]
+    Corrupt(String),
+}
+
+fn db_err<E: Into<redb::Error>>(err: E) -> StoreError {
+    StoreError::Db(err.into().to_string())
+}
+
+/// Changes a watch replays, and the receiver of the changes to come.
+pub type Subscription = (Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEvent>>);
+
+/// Key of an object within a resource: (namespace, name).
+type ObjectKey = (String, String);
+
+struct Inner {
+    rv: u64,
+    objects: HashMap<String, BTreeMap<ObjectKey, Arc<Value>>>,
+    log: VecDeque<Arc<WatchEvent>>,
+}
+
+/// The object store. Cheap to share behind an `Arc`.
+pub struct Store {
+    inner: Mutex<Inner>,
+    db: Option<Database>,
+    events: broadcast::Sender<Arc<WatchEvent>>,
+    window: usize,
+}
+
+fn object_key(resource: &str, namespace: &str, name: &str) -> String {
+    format!("{resource}\u{0}{namespace}\u{0}{name}")
+}
+
+impl Store {
+    /// Opens (or creates) the store at `path`, or an in-memory store when `path` is None. `window` is how many
+    /// recent changes watches can resume from.
+    pub fn open(path: Option<&Path>, window: usize) -> Result<Self, StoreError> {
+        let window = window.max(1);
+        let (events, _) = broadcast::channel(65_536);
+        let mut inner = Inner {
+            rv: 0,
+            objects: HashMap::new(),
+            log: VecDeque::new(),
+        };
+        let db = match path {
+            None => None,
+            Some(path) => {
+                let db = if path.exists() {
+                    Database::open(path)
+                } else {
+                    Database::create(path)
+                }
+                .map_err(db_err)?;
+                {
+                    let txn = db.begin_write().map_err(db_err)?;
+                    txn.open_table(OBJECTS).map_err(db_err)?;
+                    txn.open_table(EVENTS).map_err(db_err)?;
+                    txn.open_table(META).map_err(db_err)?;
+                    txn.commit().map_err(db_err)?;
+                }
+                load(&db, &mut inner)?;
+                Some(db)
+            }
+        };
+        Ok(Self {
+            inner: Mutex::new(inner),
+            db,
+            events,
+            window,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave the maps half-written (each change is applied after the
+        // database commit, in a few infallible steps), so a poisoned lock is still usable.
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The current resourceVersion (the last change's).
+    pub fn current_rv(&self) -> u64 {
+        self.lock().rv
+    }
+
+    /// One object.
+    pub fn get(&self, resource: &str, namespace: &str, name: &str) -> Option<Arc<Value>> {
+        self.lock()
+            .objects
+            .get(resource)?
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// The objects of a resource (in one namespace, or all), ordered by namespace and name, and the
+    /// resourceVersion they were read at.
+    pub fn list(&self, resource: &str, namespace: Option<&str>) -> (Vec<Arc<Value>>, u64) {
+        let inner = self.lock();
+        let items = inner
+            .objects
+            .get(resource)
+            .map(|objects| {
+                objects
+                    .iter()
+                    .filter(|((ns, _), _)| namespace.is_none_or(|wanted| wanted == ns))
+                    .map(|(_, v)| Arc::clone(v))
+                    .collect()
+            })
+            .unwrap_or_default();
+        (items, inner.rv)
+    }
+
+    /// Whether any object of any resource lives in this namespace.
+    pub fn namespace_is_empty(&self, namespace: &str) -> bool {
+        let inner = self.lock();
+        inner
+            .objects
+            .values()
+            .all(|objects| objects.keys().all(|(ns, _)| ns != namespace))
+    }
+
+    /// Reads the current object and decides, under the store's lock, what to do; the decision is committed
+    /// atomically with the next resourceVersion. Returns the object as stored (its last state after a deletion;
+    /// the current one, or None, when nothing changed) and the event, if any.
+    pub fn mutate<F>(
+        &self,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+        decide: F,
+    ) -> Result<(Option<Arc<Value>>, Option<EventType>), ApiError>
+    where
+        F: FnOnce(Option<&Arc<Value>>) -> Result<Mutation, ApiError>,
+    {
+        let mut inner = self.lock();
+        let key = (namespace.to_owned(), name.to_owned());
+        let current = inner.objects.get(resource).and_then(|m| m.get(&key)).cloned();
+        let mutation = decide(current.as_ref())?;
+        let rv = inner.rv + 1;
+        let (event_type, mut object) = match mutation {
+            Mutation::Unchanged => return Ok((current, None)),
+            Mutation::Put(object) => (
+                if current.is_some() {
+                    EventType::Modified
+                } else {
+                    EventType::Added
+                },
+                object,
+            ),
+            Mutation::Delete(object) => (EventType::Deleted, object),
+        };
+        set_resource_version(&mut object, rv);
+        let object = Arc::new(object);
+        let event = Arc::new(WatchEvent {
+            rv,
+            event_type,
+            resource: resource.to_owned(),
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            object: Arc::clone(&object),
+            previous: current,
+        });
+        if let Some(db) = &self.db {
+            self.persist(db, &event)
+                .map_err(|err| ApiError::Internal(err.to_string()))?;
+        }
+        inner.rv = rv;
+        let objects = inner.objects.entry(resource.to_owned()).or_default();
+        if event_type == EventType::Deleted {
+            objects.remove(&key);
+        } else {
+            objects.insert(key, Arc::clone(&object));
+        }
+        inner.log.push_back(Arc::clone(&event));
+        while inner.log.len() > self.window {
+            inner.log.pop_front();
+        }
+        // No receiver is fine; lagging receivers notice and end their watch.
+        let _ = self.events.send(event);
+        Ok((Some(object), Some(event_type)))
+    }
+
+    fn persist(&self, db: &Database, event: &WatchEvent) -> Result<(), StoreError> {
+        let key = object_key(&event.resource, &event.namespace, &event.name);
+        let record = json!({
+            "type": event.event_type.as_str(),
+            "resource": event.resource,
+            "namespace": event.namespace,
+            "name": event.name,
+            "object": &*event.object,
+        });
+        let record = serde_json::to_vec(&record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let txn = db.begin_write().map_err(db_err)?;
+        {
+            let mut objects = txn.open_table(OBJECTS).map_err(db_err)?;
+            if event.event_type == EventType::Deleted {
+                objects.remove(key.as_str()).map_err(db_err)?;
+            } else {
+                let bytes =
+                    serde_json::to_vec(&*event.object).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                objects.insert(key.as_str(), bytes.as_slice()).map_err(db_err)?;
+            }
+            let mut events = txn.open_table(EVENTS).map_err(db_err)?;
+            events.insert(event.rv, record.as_slice()).map_err(db_err)?;
+            let window = self.window as u64;
+            if event.rv > window {
+                events.remove(event.rv - window).map_err(db_err)?;
+            }
+            let mut meta = txn.open_table(META).map_err(db_err)?;
+            meta.insert(RV_KEY, event.rv).map_err(db_err)?;
+        }
+        txn.commit().map_err(db_err)
+    }
+
+    /// The changes after `rv` that the log still holds, and a receiver for the changes to come, taken atomically
+    /// so that nothing is lost or repeated between them. Errors with 410 Expired when changes after `rv` are no
+    /// longer retained.
+    pub fn watch_from(&self, rv: u64) -> Result<Subscription, ApiError> {
+        let inner = self.lock();
+        let oldest_retained = inner.log.front().map_or(inner.rv + 1, |e| e.rv);
+        if rv + 1 < oldest_retained && rv < inner.rv {
+            return Err(ApiError::Expired(format!(
+                "too old resource version: {rv} ({})",
+                oldest_retained - 1
+            )));
+        }
+        if rv > inner.rv {
+            // A resourceVersion from the future: a real server waits for it; ours was never issued. Serve from now.
+            tracing::debug!(
+                requested = rv,
+                current = inner.rv,
+                "watch from a future resourceVersion"
+            );
+        }
+        let backlog = inner.log.iter().filter(|e| e.rv > rv).cloned().collect();
+        Ok((backlog, self.events.subscribe()))
+    }
+
+    /// The current objects of a resource and a receiver for the changes after them, taken atomically (a watch from
+    /// resourceVersion 0 or unset starts with synthetic ADDED events for these).
+    pub fn snapshot_and_subscribe(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+    ) -> (Vec<Arc<Value>>, u64, broadcast::Receiver<Arc<WatchEvent>>) {
+        let inner = self.lock();
+        let receiver = self.events.subscribe();
+        let items = inner
+            .objects
+            .get(resource)
+            .map(|objects| {
+                objects
+                    .iter()
+                    .filter(|((ns, _), _)| namespace.is_none_or(|wanted| wanted == ns))
+                    .map(|(_, v)| Arc::clone(v))
+                    .collect()
+            })
+            .unwrap_or_default();
+        (items, inner.rv, receiver)
+    }
+}
+
+fn set_resource_version(object: &mut Value, rv: u64) {
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+    }
+}
+
+fn load(db: &Database, inner: &mut Inner) -> Result<(), StoreError> {
+    let txn = db.begin_read().map_err(db_err)?;
+    let objects = txn.open_table(OBJECTS).map_err(db_err)?;
+    for item in objects.iter().map_err(db_err)? {
+        let (key, value) = item.map_err(db_err)?;
+        let mut parts = key.value().splitn(3, '\u{0}');
+        let (Some(resource), Some(namespace), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(StoreError::Corrupt(format!("object key {:?}", key.value())));
+        };
+        let object: Value =
+            serde_json::from_slice(value.value()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        inner
+            .objects
+            .entry(resource.to_owned())
+            .or_default()
+            .insert((namespace.to_owned(), name.to_owned()), Arc::new(object));
+    }
+    let events = txn.open_table(EVENTS).map_err(db_err)?;
+    for item in events.iter().map_err(db_err)? {
+        let (rv, record) = item.map_err(db_err)?;
+        let record: Value =
+            serde_json::from_slice(record.value()).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let text = |field: &str| record[field].as_str().unwrap_or_default().to_owned();
+        let event_type = EventType::parse(record["type"].as_str().unwrap_or_default())
+            .ok_or_else(|| StoreError::Corrupt(format!("event {} has no type", rv.value())))?;
+        inner.log.push_back(Arc::new(WatchEvent {
+            rv: rv.value(),
+            event_type,
+            resource: text("resource"),
+            namespace: text("namespace"),
+            name: text("name"),
+            object: Arc::new(record["object"].clone()),
+            previous: None,
+        }));
+    }
+    let meta = txn.open_table(META).map_err(db_err)?;
+    inner.rv = meta.get(RV_KEY).map_err(db_err)?.map_or(0, |v| v.value());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(store: &Store, name: &str, value: i64) -> u64 {
+        let (stored, _) = store
+            .mutate("/secrets", "default", name, |_| {
+                Ok(Mutation::Put(
+                    json!({ "metadata": { "name": name, "namespace": "default" }, "v": value }),
+                ))
+            })
+            .unwrap();
+        stored.unwrap()["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    fn temp_db(tag: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("mcm-store-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("store.redb")
+    }
+
+    #[test]
+    fn resource_versions_increase_and_survive_a_reopen() {
+        let path = temp_db("reopen");
+        {
+            let store = Store::open(Some(&path), 100).unwrap();
+            assert_eq!(put(&store, "a", 1), 1);
+            assert_eq!(put(&store, "b", 2), 2);
+            store
+                .mutate("/secrets", "default", "a", |cur| {
+                    Ok(Mutation::Delete((**cur.unwrap()).clone()))
+                })
+                .unwrap();
+        }
+        let store = Store::open(Some(&path), 100).unwrap();
+        assert_eq!(store.current_rv(), 3);
+        assert!(store.get("/secrets", "default", "a").is_none());
+        assert_eq!(store.get("/secrets", "default", "b").unwrap()["v"], 2);
+        assert_eq!(
+            put(&store, "c", 3),
+            4,
+            "resourceVersions continue after a restart"
+        );
+        let (backlog, _) = store.watch_from(1).unwrap();
+        let seen: Vec<(u64, EventType)> = backlog.iter().map(|e| (e.rv, e.event_type)).collect();
+        assert_eq!(
+            seen,
+            [
+                (2, EventType::Added),
+                (3, EventType::Deleted),
+                (4, EventType::Added)
+            ]
+        );
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn watching_from_before_the_window_is_gone() {
+        let store = Store::open(None, 3).unwrap();
+        for i in 0..10 {
+            put(&store, &format!("o{i}"), i);
+        }
+        assert!(matches!(store.watch_from(2), Err(ApiError::Expired(_))));
+        let (backlog, _) = store.watch_from(7).unwrap();
+        assert_eq!(backlog.iter().map(|e| e.rv).collect::<Vec<_>>(), [8, 9, 10]);
+        assert!(store.watch_from(10).unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn an_unchanged_write_writes_nothing() {
+        let store = Store::open(None, 10).unwrap();
+        put(&store, "a", 1);
+        let (stored, event) = store
+            .mutate("/secrets", "default", "a", |_| Ok(Mutation::Unchanged))
+            .unwrap();
+        assert!(event.is_none());
+        assert_eq!(stored.unwrap()["metadata"]["resourceVersion"], "1");
+        assert_eq!(store.current_rv(), 1);
+    }
+}
