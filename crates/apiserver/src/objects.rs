@@ -409,6 +409,28 @@ fn is_deleting(object: &Value) -> bool {
     !object["metadata"]["deletionTimestamp"].is_null()
 }
 
+/// Refuses a write that changes the uid or the name of an object: both are immutable (422, as kube-apiserver).
+fn check_immutable(ctx: &Context, current: &Value, object: &Value) -> Result<(), ApiError> {
+    let mut causes = Vec::new();
+    for field in ["uid", "name"] {
+        let wanted = object["metadata"][field].as_str().filter(|v| !v.is_empty());
+        if let Some(wanted) = wanted
+            && Some(wanted) != current["metadata"][field].as_str()
+        {
+            causes.push(Cause {
+                reason: "FieldValueInvalid",
+                message: format!("Invalid value: \"{wanted}\": field is immutable"),
+                field: format!("metadata.{field}"),
+            });
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(&ctx.def, name_of(current), causes))
+    }
+}
+
 /// Copies the fields only the server sets from the stored object, and the status when it is a subresource and
 /// this is a write to the main resource.
 fn keep_server_fields(def: &ResourceDef, current: &Value, object: &mut Value, keep_status: bool) {
@@ -537,6 +559,7 @@ pub fn update(store: &Store, ctx: &Context, name: &str, mut object: Value) -> Re
     let (stored, _) = store.mutate(&resource_id(&ctx.def), &ctx.namespace, name, |current| {
         let current = current.ok_or_else(|| ApiError::not_found(&ctx.def, name))?;
         check_resource_version(ctx, current, requested_rv.as_deref())?;
+        check_immutable(ctx, current, &object)?;
         keep_server_fields(&ctx.def, current, &mut object, true);
         decide(ctx, current, object)
     })?;
@@ -621,7 +644,8 @@ fn apply_patch(
 ) -> Result<Value, ApiError> {
     patch::apply(patch_type, kind, target, body).map_err(|err| match err {
         patch::PatchError::InvalidBody(message) => ApiError::BadRequest(message),
-        // As kube-apiserver: a failed JSON patch operation is a 422 carrying the patch error as its message.
+        // A failed JSON patch operation is a 422, as on kube-apiserver; the message names the failed operation and
+        // path (kube-apiserver's is the generic "the server rejected our request due to an error in our request").
         patch::PatchError::Failed(message) => ApiError::Invalid(
             crate::error::Subject {
                 message,
@@ -673,6 +697,7 @@ pub fn patch(
                 check_resource_version(ctx, current, patched["metadata"]["resourceVersion"].as_str())?;
                 validate_fields(ctx, &mut patched, &mut warnings)?;
                 fold_string_data(ctx, &mut patched);
+                check_immutable(ctx, current, &patched)?;
                 keep_server_fields(&ctx.def, current, &mut patched, true);
                 patched
             }

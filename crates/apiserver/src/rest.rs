@@ -107,6 +107,14 @@ pub enum Format {
     Yaml,
     /// A `meta.k8s.io` Table of this apiVersion.
     Table(&'static str),
+    /// `meta.k8s.io/v1` PartialObjectMetadata (and PartialObjectMetadataList): metadata only, as kube's
+    /// metadata watchers and `list_metadata` ask for.
+    Metadata,
+}
+
+/// An object reduced to its metadata (`PartialObjectMetadata`).
+pub fn partial_metadata(object: &Value) -> Value {
+    json!({ "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": object["metadata"] })
 }
 
 /// Picks the response form from the Accept header; 406 when nothing acceptable can be produced.
@@ -123,6 +131,15 @@ pub fn negotiate(headers: &HeaderMap, table_allowed: bool) -> Result<Format, Api
         return Ok(Format::Table(version));
     }
     for range in accept.split(',') {
+        let params: Vec<&str> = range.split(';').skip(1).map(str::trim).collect();
+        if table_allowed
+            && params.contains(&"g=meta.k8s.io")
+            && (params.contains(&"as=PartialObjectMetadata")
+                || params.contains(&"as=PartialObjectMetadataList"))
+            && (params.contains(&"v=v1") || params.contains(&"v=v1beta1"))
+        {
+            return Ok(Format::Metadata);
+        }
         let mut parts = range.split(';').map(str::trim);
         let base = parts.next().unwrap_or_default().to_ascii_lowercase();
         // A range that asks for a representation we do not make (`as=Table;v=v2`) is not plain JSON.
@@ -187,6 +204,13 @@ pub fn error_response(err: &ApiError) -> Response<Body> {
         && let Ok(value) = HeaderValue::from_str(&seconds.to_string())
     {
         response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    if let ApiError::TooLarge(_) = err {
+        // The rest of the body is never read, so the connection cannot carry another request: say so (RFC 9112
+        // 9.6, as Go's net/http does), lest the client reuse it and its next request fail.
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     response
 }
@@ -436,12 +460,31 @@ fn openapi_document(
     Ok(response)
 }
 
-async fn read_body(body: Body) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, MAX_BODY_BYTES).await.map_err(|_| {
-        ApiError::TooLarge(format!(
+/// How much of an oversized body is read and discarded before the 413, so that a client still sending it gets the
+/// answer instead of a broken pipe (hyper's client reports a failed body write rather than the early response).
+const MAX_DRAINED_BYTES: usize = 4 * MAX_BODY_BYTES;
+
+async fn read_body(mut body: Body) -> Result<Bytes, ApiError> {
+    use http_body_util::BodyExt as _;
+    let mut kept = bytes::BytesMut::new();
+    let mut total = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame =
+            frame.map_err(|err| ApiError::BadRequest(format!("cannot read the request body: {err}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        total = total.saturating_add(data.len());
+        if total <= MAX_BODY_BYTES {
+            kept.extend_from_slice(&data);
+        } else if total > MAX_DRAINED_BYTES {
+            break;
+        }
+    }
+    if total > MAX_BODY_BYTES {
+        return Err(ApiError::TooLarge(format!(
             "the request body is larger than the limit of {MAX_BODY_BYTES} bytes"
-        ))
-    })
+        )));
+    }
+    Ok(kept.freeze())
 }
 
 /// Decodes a create or update body (JSON, or YAML when the Content-Type says so; JSON when there is none, as
@@ -600,6 +643,12 @@ impl ResourceRequest<'_> {
                 let table = table::table(&self.def, &[&object], true, meta, jiff::Timestamp::now(), version);
                 Ok(respond_value(StatusCode::OK, &table, Format::Json, &[]))
             }
+            Format::Metadata => Ok(respond_value(
+                StatusCode::OK,
+                &partial_metadata(&object),
+                Format::Json,
+                &[],
+            )),
             format => Ok(respond_value(StatusCode::OK, &object, format, &[])),
         }
     }
@@ -649,6 +698,15 @@ impl ResourceRequest<'_> {
             let refs: Vec<&Value> = page.iter().map(|v| &**v).collect();
             let table = table::table(&self.def, &refs, true, metadata, jiff::Timestamp::now(), version);
             return Ok(respond_value(StatusCode::OK, &table, Format::Json, &[]));
+        }
+        if format == Format::Metadata {
+            let list = json!({
+                "apiVersion": "meta.k8s.io/v1",
+                "kind": "PartialObjectMetadataList",
+                "metadata": metadata,
+                "items": page.iter().map(|v| partial_metadata(v)).collect::<Vec<_>>(),
+            });
+            return Ok(respond_value(StatusCode::OK, &list, Format::Json, &[]));
         }
         let list = json!({
             "apiVersion": self.def.api_version(),

@@ -21,6 +21,8 @@ pub struct Report {
 pub fn check(schema: &Value, value: &mut Value) -> Report {
     let mut report = Report::default();
     walk(schema, value, "", &mut report);
+    // The real server reports causes in field-path order (nodeTemplate.instanceType before providerSpec).
+    report.causes.sort_by(|a, b| a.field.cmp(&b.field));
     report
 }
 

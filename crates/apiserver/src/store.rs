@@ -112,6 +112,22 @@ struct Inner {
     log: VecDeque<Arc<WatchEvent>>,
 }
 
+impl Inner {
+    /// The objects of a resource, in one namespace or all, ordered by namespace and name.
+    fn objects_of(&self, resource: &str, namespace: Option<&str>) -> Vec<Arc<Value>> {
+        self.objects
+            .get(resource)
+            .map(|objects| {
+                objects
+                    .iter()
+                    .filter(|((ns, _), _)| namespace.is_none_or(|wanted| wanted == ns))
+                    .map(|(_, v)| Arc::clone(v))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
 /// The object store. Cheap to share behind an `Arc`.
 pub struct Store {
     inner: Mutex<Inner>,
@@ -152,6 +168,7 @@ impl Store {
                     txn.commit().map_err(db_err)?;
                 }
                 load(&db, &mut inner)?;
+                prune_log(&db, &mut inner, window)?;
                 Some(db)
             }
         };
@@ -189,18 +206,7 @@ impl Store {
     /// resourceVersion they were read at.
     pub fn list(&self, resource: &str, namespace: Option<&str>) -> (Vec<Arc<Value>>, u64) {
         let inner = self.lock();
-        let items = inner
-            .objects
-            .get(resource)
-            .map(|objects| {
-                objects
-                    .iter()
-                    .filter(|((ns, _), _)| namespace.is_none_or(|wanted| wanted == ns))
-                    .map(|(_, v)| Arc::clone(v))
-                    .collect()
-            })
-            .unwrap_or_default();
-        (items, inner.rv)
+        (inner.objects_of(resource, namespace), inner.rv)
     }
 
     /// Whether any object of any resource lives in this namespace.
@@ -281,6 +287,9 @@ impl Store {
             "namespace": event.namespace,
             "name": event.name,
             "object": &*event.object,
+            // A selector watch resumed after a restart needs the state before a modification to tell a change
+            // from an object entering or leaving the selector.
+            "previous": event.previous.as_deref().filter(|_| event.event_type == EventType::Modified),
         });
         let record = serde_json::to_vec(&record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         let txn = db.begin_write().map_err(db_err)?;
@@ -338,19 +347,25 @@ impl Store {
     ) -> (Vec<Arc<Value>>, u64, broadcast::Receiver<Arc<WatchEvent>>) {
         let inner = self.lock();
         let receiver = self.events.subscribe();
-        let items = inner
-            .objects
-            .get(resource)
-            .map(|objects| {
-                objects
-                    .iter()
-                    .filter(|((ns, _), _)| namespace.is_none_or(|wanted| wanted == ns))
-                    .map(|(_, v)| Arc::clone(v))
-                    .collect()
-            })
-            .unwrap_or_default();
-        (items, inner.rv, receiver)
+        (inner.objects_of(resource, namespace), inner.rv, receiver)
     }
+}
+
+/// Drops retained changes beyond the window (the window may have been made smaller since the last start).
+fn prune_log(db: &Database, inner: &mut Inner, window: usize) -> Result<(), StoreError> {
+    let excess = inner.log.len().saturating_sub(window);
+    if excess == 0 {
+        return Ok(());
+    }
+    let dropped: Vec<u64> = inner.log.drain(..excess).map(|e| e.rv).collect();
+    let txn = db.begin_write().map_err(db_err)?;
+    {
+        let mut events = txn.open_table(EVENTS).map_err(db_err)?;
+        for rv in dropped {
+            events.remove(rv).map_err(db_err)?;
+        }
+    }
+    txn.commit().map_err(db_err)
 }
 
 fn set_resource_version(object: &mut Value, rv: u64) {
@@ -391,7 +406,11 @@ fn load(db: &Database, inner: &mut Inner) -> Result<(), StoreError> {
             namespace: text("namespace"),
             name: text("name"),
             object: Arc::new(record["object"].clone()),
-            previous: None,
+            previous: record
+                .get("previous")
+                .filter(|v| !v.is_null())
+                .cloned()
+                .map(Arc::new),
         }));
     }
     let meta = txn.open_table(META).map_err(db_err)?;
@@ -470,6 +489,28 @@ mod tests {
         let (backlog, _) = store.watch_from(7).unwrap();
         assert_eq!(backlog.iter().map(|e| e.rv).collect::<Vec<_>>(), [8, 9, 10]);
         assert!(store.watch_from(10).unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn a_smaller_window_on_reopen_drops_older_changes_from_disk() {
+        let path = temp_db("shrink");
+        {
+            let store = Store::open(Some(&path), 100).unwrap();
+            for i in 0..10 {
+                put(&store, &format!("o{i}"), i);
+            }
+        }
+        {
+            let store = Store::open(Some(&path), 3).unwrap();
+            assert!(matches!(store.watch_from(5), Err(ApiError::Expired(_))));
+            assert_eq!(store.watch_from(7).unwrap().0.len(), 3);
+        }
+        let store = Store::open(Some(&path), 100).unwrap();
+        assert!(
+            matches!(store.watch_from(5), Err(ApiError::Expired(_))),
+            "pruned changes stay gone on disk"
+        );
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
     #[test]

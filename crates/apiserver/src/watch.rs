@@ -57,6 +57,20 @@ impl Filter {
     }
 }
 
+/// The object a watcher is shown for an event it sees as `seen`: for an object that left its selector, the last
+/// state that matched at the resourceVersion of the change (as the watch cache sends it), else the object after
+/// the change.
+fn shown(event: &WatchEvent, seen: EventType) -> std::borrow::Cow<'_, Value> {
+    match &event.previous {
+        Some(previous) if event.event_type == EventType::Modified && seen == EventType::Deleted => {
+            let mut last = (**previous).clone();
+            last["metadata"]["resourceVersion"] = json!(event.rv.to_string());
+            std::borrow::Cow::Owned(last)
+        }
+        _ => std::borrow::Cow::Borrowed(&event.object),
+    }
+}
+
 struct Encoder {
     def: Arc<ResourceDef>,
     format: Format,
@@ -78,6 +92,7 @@ impl Encoder {
                     version,
                 )
             }
+            Format::Metadata if event_type != "ERROR" => crate::rest::partial_metadata(object),
             _ => object.clone(),
         };
         let mut line =
@@ -154,7 +169,7 @@ pub fn start(
                 let mut last = rv;
                 for event in &backlog {
                     if let Some(seen) = filter.view(event) {
-                        initial.push(encoder.frame(seen.as_str(), &event.object));
+                        initial.push(encoder.frame(seen.as_str(), &shown(event, seen)));
                     }
                     last = event.rv;
                 }
@@ -224,7 +239,7 @@ impl Live {
                         }
                         self.last_rv = event.rv;
                         match self.filter.view(&event) {
-                            Some(seen) => self.encoder.frame(seen.as_str(), &event.object),
+                            Some(seen) => self.encoder.frame(seen.as_str(), &shown(&event, seen)),
                             None => continue,
                         }
                     }

@@ -1,0 +1,374 @@
+//! Harness for the end-to-end tests: a real `mcm apiserver` child process per test, in its own data directory and
+//! on its own port, and real `kubectl` against it. Every wait polls with a deadline; the server and any background
+//! kubectl are killed and reaped when their guard drops, also when a test panics.
+
+use std::{
+    io::Read,
+    path::{Path, PathBuf},
+    process::{Child, Command, ExitStatus, Output, Stdio},
+    sync::{Arc, Mutex},
+    thread,
+    time::{Duration, Instant},
+};
+
+/// How long the server may take to become ready.
+pub const READY_DEADLINE: Duration = Duration::from_secs(20);
+/// How long one kubectl command may take before the test fails.
+pub const COMMAND_DEADLINE: Duration = Duration::from_mins(1);
+/// How long a condition (a watch line, a deletion) may take to show.
+pub const CONDITION_DEADLINE: Duration = Duration::from_secs(20);
+const POLL: Duration = Duration::from_millis(50);
+
+/// Polls `probe` until it returns `Some`, or panics with `what` after `deadline`.
+pub fn poll<T>(what: &str, deadline: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(value) = probe() {
+            return value;
+        }
+        assert!(
+            Instant::now() < end,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        thread::sleep(POLL);
+    }
+}
+
+/// The output so far of a child whose stdout and stderr are read by background threads.
+#[derive(Clone, Default)]
+struct Captured {
+    stdout: Arc<Mutex<Vec<u8>>>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Captured {
+    fn attach(child: &mut Child) -> (Self, Vec<thread::JoinHandle<()>>) {
+        fn pump(mut from: impl Read + Send + 'static, into: Arc<Mutex<Vec<u8>>>) -> thread::JoinHandle<()> {
+            thread::spawn(move || {
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = from.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    into.lock().unwrap().extend_from_slice(&chunk[..n]);
+                }
+            })
+        }
+        let captured = Self::default();
+        let readers = vec![
+            pump(
+                child.stdout.take().expect("piped stdout"),
+                Arc::clone(&captured.stdout),
+            ),
+            pump(
+                child.stderr.take().expect("piped stderr"),
+                Arc::clone(&captured.stderr),
+            ),
+        ];
+        (captured, readers)
+    }
+
+    fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.stdout.lock().unwrap()).into_owned()
+    }
+
+    fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+}
+
+/// A child process (kubectl) running in the background, killed and reaped on drop.
+pub struct Background {
+    child: Child,
+    captured: Captured,
+    readers: Vec<thread::JoinHandle<()>>,
+    what: String,
+}
+
+impl Background {
+    fn spawn(mut command: Command, what: String) -> Self {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|err| panic!("cannot run {what}: {err}"));
+        let (captured, readers) = Captured::attach(&mut child);
+        Self {
+            child,
+            captured,
+            readers,
+            what,
+        }
+    }
+
+    /// Its standard output so far.
+    pub fn stdout(&self) -> String {
+        self.captured.stdout()
+    }
+
+    /// Waits until its standard output satisfies `done`; panics with the output after the deadline.
+    pub fn wait_for_stdout(&self, what: &str, done: impl Fn(&str) -> bool) -> String {
+        self.wait_for(what, |c| done(&c.stdout()))
+    }
+
+    /// Waits until its standard error satisfies `done` (e.g. a request logged with `-v=6`).
+    pub fn wait_for_stderr(&self, what: &str, done: impl Fn(&str) -> bool) {
+        self.wait_for(what, |c| done(&c.stderr()));
+    }
+
+    fn wait_for(&self, what: &str, done: impl Fn(&Captured) -> bool) -> String {
+        let end = Instant::now() + CONDITION_DEADLINE;
+        loop {
+            let out = self.stdout();
+            if done(&self.captured) {
+                return out;
+            }
+            assert!(
+                Instant::now() < end,
+                "`{}`: timed out waiting for {what}\nstdout:\n{out}\nstderr:\n{}",
+                self.what,
+                self.captured.stderr()
+            );
+            thread::sleep(POLL);
+        }
+    }
+
+    /// Waits for it to exit on its own (panics after `deadline`, killing it) and returns its output.
+    pub fn finish(mut self, deadline: Duration) -> Output {
+        let end = Instant::now() + deadline;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if Instant::now() >= end {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "`{}` did not finish within {deadline:?}\nstdout:\n{}\nstderr:\n{}",
+                    self.what,
+                    self.captured.stdout(),
+                    self.captured.stderr()
+                );
+            }
+            thread::sleep(POLL);
+        };
+        self.output(status)
+    }
+
+    /// Kills it and returns what it printed.
+    pub fn stop(mut self) -> Output {
+        let _ = self.child.kill();
+        let status = self.child.wait().expect("wait");
+        self.output(status)
+    }
+
+    fn output(&mut self, status: ExitStatus) -> Output {
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+        Output {
+            status,
+            stdout: self.captured.stdout.lock().unwrap().clone(),
+            stderr: self.captured.stderr.lock().unwrap().clone(),
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A running `mcm apiserver` in a temporary directory of its own.
+pub struct Server {
+    /// The test's directory: `data/` (the server's), `kubecache/` (kubectl's), `server.log`, and the test's files.
+    pub dir: PathBuf,
+    child: Option<Child>,
+    starts: u32,
+}
+
+impl Server {
+    /// Starts a server on a free port (`--port 0`) in a fresh directory named for the test.
+    pub fn start(test: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("mcm-e2e-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the test directory");
+        let mut server = Self {
+            dir,
+            child: None,
+            starts: 0,
+        };
+        server.spawn(&["--port", "0"]);
+        server
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// The kubeconfig the server wrote.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.data_dir().join("kubeconfig")
+    }
+
+    fn spawn(&mut self, extra: &[&str]) {
+        self.starts += 1;
+        let log =
+            std::fs::File::create(self.dir.join(format!("server-{}.log", self.starts))).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_mcm"))
+            .arg("apiserver")
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log file"))
+            .stderr(log)
+            .spawn()
+            .expect("mcm apiserver starts");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        poll("the server to be ready", READY_DEADLINE, || {
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().expect("try_wait")) {
+                panic!("mcm apiserver exited early ({status}):\n{}", self.logs());
+            }
+            (self.kubeconfig().exists() && self.kubectl(&["get", "--raw", "/readyz"]).status.success())
+                .then_some(())
+        });
+    }
+
+    /// Everything the server processes of this test logged.
+    pub fn logs(&self) -> String {
+        (1..=self.starts)
+            .map(|n| std::fs::read_to_string(self.dir.join(format!("server-{n}.log"))).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n--- restart ---\n")
+    }
+
+    /// Stops the server with SIGTERM (through the `kill` command) and waits for a clean exit.
+    pub fn terminate(&mut self) {
+        let mut child = self.child.take().expect("the server is running");
+        let sent = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill -TERM failed");
+        let status = poll("the server to exit after SIGTERM", READY_DEADLINE, || {
+            child.try_wait().expect("try_wait")
+        });
+        assert!(
+            status.success(),
+            "the server exited with {status} after SIGTERM:\n{}",
+            self.logs()
+        );
+    }
+
+    /// Kills the server with SIGKILL and reaps it.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("the server is running");
+        child.kill().expect("SIGKILL");
+        child.wait().expect("reap");
+    }
+
+    /// Starts the server again on the same data directory, without `--port` (it must reuse its port).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "stop the server first");
+        self.spawn(&[]);
+    }
+
+    /// The directory of kubectl's discovery cache (one per test, so parallel tests share nothing).
+    pub fn cache_dir(&self) -> PathBuf {
+        self.dir.join("kubecache")
+    }
+
+    /// Runs kubectl to the end (panicking if it hangs past the command deadline).
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        kubectl_at(&self.kubeconfig(), &self.cache_dir(), args)
+    }
+
+    /// Runs kubectl, which must succeed; its standard output.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let output = self.kubectl(args);
+        assert!(
+            output.status.success(),
+            "kubectl {} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+            args.join(" "),
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8(output.stdout).expect("UTF-8 output")
+    }
+
+    /// Runs kubectl, which must fail; its standard error.
+    pub fn kubectl_err(&self, args: &[&str]) -> String {
+        let output = self.kubectl(args);
+        assert!(
+            !output.status.success(),
+            "kubectl {} should have failed:\nstdout:\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stdout)
+        );
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    }
+
+    /// Starts kubectl in the background (for `get -w`, `wait`).
+    pub fn kubectl_background(&self, args: &[&str]) -> Background {
+        Background::spawn(
+            kubectl_command(&self.kubeconfig(), &self.cache_dir(), args),
+            format!("kubectl {}", args.join(" ")),
+        )
+    }
+
+    /// Writes a file into the test's directory.
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text).expect("write a test file");
+        path
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if thread::panicking() {
+            eprintln!("server log of {}:\n{}", self.dir.display(), self.logs());
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `kubectl --kubeconfig <kubeconfig> --cache-dir <cache_dir> <args>`.
+pub fn kubectl_command(kubeconfig: &Path, cache_dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new("kubectl");
+    command
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--cache-dir")
+        .arg(cache_dir)
+        .args(args);
+    command
+}
+
+/// Runs kubectl to the end (panicking if it hangs past the command deadline); usable from other threads.
+pub fn kubectl_at(kubeconfig: &Path, cache_dir: &Path, args: &[&str]) -> Output {
+    Background::spawn(
+        kubectl_command(kubeconfig, cache_dir, args),
+        format!("kubectl {}", args.join(" ")),
+    )
+    .finish(COMMAND_DEADLINE)
+}
+
+/// A path as a `&str` argument.
+pub fn arg(path: &Path) -> &str {
+    path.to_str().expect("UTF-8 path")
+}
