@@ -253,3 +253,67 @@ async fn a_body_that_is_not_json_is_400_and_creates_nothing() {
             .is_empty()
     );
 }
+
+// A body may be YAML when its Content-Type says so; any other media type is 415 UnsupportedMediaType and
+// creates nothing; an unknown resource path is 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yaml_bodies_are_accepted_and_unknown_media_types_and_resources_are_refused() {
+    let t = TestServer::start().await;
+    let path = "/apis/machine.sapcloud.io/v1alpha1/namespaces/default/machines";
+    let yaml = "apiVersion: machine.sapcloud.io/v1alpha1\nkind: Machine\nmetadata:\n  name: from-yaml\nspec:\n  class:\n    kind: MachineClass\n    name: c\n";
+    let (code, body) = send_raw(
+        &t.client,
+        http::Request::post(path)
+            .header("content-type", "application/yaml")
+            .body(yaml.as_bytes().to_vec())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(code, http::StatusCode::CREATED, "{body}");
+    assert_eq!(body["spec"]["class"]["name"], "c");
+
+    let (code, body) = send_raw(
+        &t.client,
+        http::Request::post(path)
+            .header("content-type", "text/plain")
+            .body(b"name: x".to_vec())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(code, http::StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
+    assert_eq!(body["reason"], "UnsupportedMediaType");
+
+    let (code, body) = send_raw(
+        &t.client,
+        http::Request::get("/apis/machine.sapcloud.io/v1alpha1/namespaces/default/widgets")
+            .body(Vec::new())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(code, http::StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["kind"], "Status");
+
+    let machines: Api<Machine> = t.api();
+    let names: Vec<String> = machines
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|m| m.metadata.name)
+        .collect();
+    assert_eq!(names, ["from-yaml"]);
+}
+
+// Security: the server listens on loopback by default and its kubeconfig points there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_listens_on_loopback_by_default() {
+    let t = TestServer::start().await;
+    assert!(
+        t.server().url().starts_with("https://127.0.0.1:"),
+        "{}",
+        t.server().url()
+    );
+    let kubeconfig = std::fs::read_to_string(t.kubeconfig()).unwrap();
+    assert!(kubeconfig.contains(t.server().url()), "{kubeconfig}");
+}

@@ -344,6 +344,63 @@ fn kubectl_describe_mc_prints_name_namespace_kind_and_spec() {
 }
 
 #[test]
+fn kubectl_get_ns_api_resources_explain_and_unknown_types() {
+    let server = Server::start("discovery");
+    // The namespaces every cluster has exist from the start.
+    let namespaces = server.kubectl_ok(&["get", "ns", "-o", "jsonpath={.items[*].metadata.name}"]);
+    assert_eq!(
+        namespaces.split_whitespace().collect::<Vec<_>>(),
+        ["default", "kube-node-lease", "kube-public", "kube-system"]
+    );
+    // Discovery: short names, scope and groups as kubectl api-resources prints them.
+    let resources = server.kubectl_ok(&["api-resources", "--no-headers"]);
+    let row = |name: &str| -> Vec<String> {
+        resources
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("api-resources lists {name}: {resources}"))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(
+        row("machines"),
+        [
+            "machines",
+            "mc",
+            "machine.sapcloud.io/v1alpha1",
+            "true",
+            "Machine"
+        ]
+    );
+    assert_eq!(row("machinedeployments")[1], "mcd");
+    assert_eq!(row("machineclasses")[1], "mcc");
+    assert_eq!(row("nodes"), ["nodes", "no", "v1", "false", "Node"]);
+    assert_eq!(row("leases")[1..], ["coordination.k8s.io/v1", "true", "Lease"]);
+    // OpenAPI v3: explain finds the kind and prints field descriptions.
+    let explained = server.kubectl_ok(&["explain", "mc.spec.class"]);
+    assert!(
+        explained.contains("KIND:       Machine") && explained.contains("kind\t<string>"),
+        "{explained}"
+    );
+    let explained = server.kubectl_ok(&["explain", "machinedeployments.spec.strategy.type"]);
+    assert!(explained.contains("RollingUpdate"), "{explained}");
+    // Unknown resource types and invalid names are refused with a clear message and create nothing.
+    let err = server.kubectl_err(&["get", "widgets"]);
+    assert!(
+        err.contains("the server doesn't have a resource type \"widgets\""),
+        "{err}"
+    );
+    let file = server.write("bad-name.yaml", "apiVersion: machine.sapcloud.io/v1alpha1\nkind: Machine\nmetadata:\n  name: Bad_Name\nspec:\n  class: {kind: MachineClass, name: c}\n");
+    let err = server.kubectl_err(&["create", "-f", arg(&file)]);
+    assert!(
+        err.contains("metadata.name: Invalid value: \"Bad_Name\""),
+        "{err}"
+    );
+    assert!(server.kubectl_ok(&["get", "mc", "-o", "name"]).trim().is_empty());
+}
+
+#[test]
 fn kubectl_patch_merge_json_strategic_and_status() {
     let server = Server::start("patch");
     server.kubectl_ok(&["create", "-f", arg(&example("10-machine.yaml"))]);
