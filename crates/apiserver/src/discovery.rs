@@ -75,6 +75,26 @@ pub fn subresources(def: &ResourceDef) -> Vec<Subresource> {
             verbs: SUBRESOURCE_VERBS,
         });
     }
+    if def.group.is_empty() && def.plural == "pods" {
+        // kubectl drain evicts through this subresource when discovery lists it (and deletes pods otherwise).
+        out.push(Subresource {
+            name: "eviction",
+            group: "policy",
+            version: "v1",
+            kind: "Eviction",
+            verbs: &["create"],
+        });
+    }
+    if crate::csr::is_csr(def) {
+        // `kubectl certificate approve|deny` writes the conditions here.
+        out.push(Subresource {
+            name: "approval",
+            group: def.group,
+            version: def.version,
+            kind: def.kind,
+            verbs: SUBRESOURCE_VERBS,
+        });
+    }
     out
 }
 

@@ -54,6 +54,10 @@ pub enum ApiError {
     /// 403: the user may not do this.
     #[error("{0}")]
     Forbidden(String),
+    /// 403 from authorization: the user may not do this to this resource; the Status `details` name the object,
+    /// its group and the resource (plural), as kube-apiserver's authorization failures do.
+    #[error("{}", .0.message)]
+    ForbiddenResource(Subject),
     /// 405: the verb is not allowed on this path.
     #[error("{0}")]
     MethodNotAllowed(String),
@@ -75,6 +79,9 @@ pub enum ApiError {
     /// 500: the server failed (storage).
     #[error("{0}")]
     Internal(String),
+    /// A failure injected by a test hook, with the chosen HTTP status.
+    #[error("{1}")]
+    Injected(u16, String),
 }
 
 impl ApiError {
@@ -181,7 +188,7 @@ impl ApiError {
             Self::Invalid(..) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::Forbidden(_) | Self::ForbiddenResource(_) => StatusCode::FORBIDDEN,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             Self::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             Self::Expired(_) => StatusCode::GONE,
@@ -189,6 +196,9 @@ impl ApiError {
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::TooManyRequests(..) => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Injected(code, _) => {
+                StatusCode::from_u16(*code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            }
         }
     }
 
@@ -201,7 +211,7 @@ impl ApiError {
             Self::Invalid(..) => "Invalid",
             Self::BadRequest(_) => "BadRequest",
             Self::Unauthorized => "Unauthorized",
-            Self::Forbidden(_) => "Forbidden",
+            Self::Forbidden(_) | Self::ForbiddenResource(_) => "Forbidden",
             Self::MethodNotAllowed(_) => "MethodNotAllowed",
             Self::NotAcceptable(_) => "NotAcceptable",
             Self::Expired(_) => "Expired",
@@ -209,6 +219,13 @@ impl ApiError {
             Self::UnsupportedMediaType(_) => "UnsupportedMediaType",
             Self::TooManyRequests(..) => "TooManyRequests",
             Self::Internal(_) => "InternalError",
+            Self::Injected(code, _) => match code {
+                409 => "Conflict",
+                429 => "TooManyRequests",
+                503 => "ServiceUnavailable",
+                504 => "Timeout",
+                _ => "InternalError",
+            },
         }
     }
 
@@ -224,7 +241,7 @@ impl ApiError {
             "code": self.code().as_u16(),
         });
         let details = match self {
-            Self::NotFound(s) | Self::AlreadyExists(s) | Self::Conflict(s) => {
+            Self::NotFound(s) | Self::AlreadyExists(s) | Self::Conflict(s) | Self::ForbiddenResource(s) => {
                 Some(details(&s.name, &s.group, &s.kind, &[]))
             }
             Self::Invalid(s, causes) => Some(details(&s.name, &s.group, &s.kind, causes)),

@@ -4,12 +4,19 @@
 //! controllers and kubectl need, following the Kubernetes API conventions for that subset. It is the embedded
 //! default under `mcm up` and the ground of every integration and end-to-end test. See docs/apiserver.md.
 
+pub mod auth;
+pub mod csr;
 pub mod discovery;
+pub mod disruption;
 pub mod error;
+pub mod gc;
+pub mod hooks;
+pub mod nodelifecycle;
 pub mod objects;
 pub mod openapi;
 pub mod patch;
 pub mod pki;
+pub mod pods;
 pub mod registry;
 pub mod rest;
 pub mod schema_check;
@@ -18,5 +25,6 @@ pub mod server;
 pub mod store;
 pub mod table;
 pub mod watch;
+pub mod x509;
 
 pub use server::{ApiServer, Config};

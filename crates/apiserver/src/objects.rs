@@ -504,7 +504,9 @@ fn decide(ctx: &Context, current: &Value, mut object: Value) -> Result<Mutation,
     if unchanged_probe == object {
         return Ok(Mutation::Unchanged);
     }
-    if is_deleting(&object) && finalizers(&object).is_empty() && ctx.def.kind != "Namespace" {
+    let grace_pending = ctx.def.kind == "Pod" && crate::pods::grace_pending(&object, ctx.now);
+    if is_deleting(&object) && finalizers(&object).is_empty() && ctx.def.kind != "Namespace" && !grace_pending
+    {
         return Ok(Mutation::Delete(object));
     }
     Ok(Mutation::Put(object))
@@ -714,8 +716,10 @@ pub struct DeleteOptions {
     pub uid: Option<String>,
     /// Only delete when the object has this resourceVersion.
     pub resource_version: Option<String>,
-    /// `Orphan`, `Background` or `Foreground` (garbage collection comes with a later issue).
+    /// `Orphan`, `Background` or `Foreground`: the garbage collector's finalizers the deletion sets (crate::gc).
     pub propagation_policy: Option<String>,
+    /// Seconds a pod is given to terminate (`gracePeriodSeconds`); the pod's own default when absent.
+    pub grace_period_seconds: Option<i64>,
 }
 
 impl DeleteOptions {
@@ -738,7 +742,25 @@ impl DeleteOptions {
                 "propagationPolicy {policy:?} is not supported: use Orphan, Background or Foreground"
             )));
         }
+        let grace = match value.get("gracePeriodSeconds").filter(|v| !v.is_null()) {
+            Some(v) => Some(
+                v.as_i64()
+                    .ok_or_else(|| ApiError::BadRequest("gracePeriodSeconds must be an integer".into()))?,
+            ),
+            None => match query.get("gracePeriodSeconds") {
+                Some(text) => Some(text.parse::<i64>().map_err(|_| {
+                    ApiError::BadRequest(format!("gracePeriodSeconds {text:?} must be an integer"))
+                })?),
+                None => None,
+            },
+        };
+        if grace.is_some_and(|g| g < 0) {
+            return Err(ApiError::BadRequest(
+                "gracePeriodSeconds must be greater than or equal to 0".into(),
+            ));
+        }
         Ok(Self {
+            grace_period_seconds: grace,
             uid: value["preconditions"]["uid"].as_str().map(str::to_owned),
             resource_version: value["preconditions"]["resourceVersion"]
                 .as_str()
@@ -789,6 +811,7 @@ pub fn delete(
         }
         let mut next = (**current).clone();
         meta_mut(&mut next).remove("resourceVersion");
+        crate::gc::apply_propagation_policy(&mut next, options.propagation_policy.as_deref());
         if ctx.def.kind == "Namespace" {
             if is_deleting(current) {
                 return Ok(Mutation::Unchanged);
@@ -797,11 +820,18 @@ pub fn delete(
             next["status"] = json!({ "phase": "Terminating" });
             return Ok(Mutation::Put(next));
         }
-        if finalizers(current).is_empty() {
+        if ctx.def.kind == "Pod"
+            && let Some(graceful) = crate::pods::graceful_deletion(current, next.clone(), options, ctx.now)
+        {
+            return Ok(graceful);
+        }
+        if finalizers(&next).is_empty() {
             return Ok(Mutation::Delete(next));
         }
         if is_deleting(current) {
-            return Ok(Mutation::Unchanged);
+            // Only the garbage collector's finalizers change on an object being deleted.
+            let same = finalizers(&next) == finalizers(current);
+            return Ok(if same { Mutation::Unchanged } else { Mutation::Put(next) });
         }
         let meta = meta_mut(&mut next);
         meta.insert("deletionTimestamp".into(), json!(timestamp(ctx.now)));

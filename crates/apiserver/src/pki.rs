@@ -19,13 +19,15 @@ use base64::Engine;
 use rand::RngCore;
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-    KeyPair, KeyUsagePurpose, SanType, SerialNumber,
+    KeyPair, KeyUsagePurpose, PublicKeyData, SanType, SerialNumber, SignatureAlgorithm,
 };
 use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
+
+use crate::x509::CertificateRequest;
 
 /// File name of the CA certificate in the data directory.
 const CA_CERT_FILE: &str = "ca.crt";
@@ -210,12 +212,19 @@ impl Pki {
         })
     }
 
-    /// A rustls ServerConfig with the ring provider, no client auth required (bearer tokens authenticate),
-    /// ALPN "h2" then "http/1.1" (kubectl uses HTTP/2).
+    /// A rustls ServerConfig with the ring provider, ALPN "h2" then "http/1.1" (kubectl uses HTTP/2), that
+    /// accepts but does not require client certificates: a client may present a certificate the CA signed for
+    /// client auth (node credentials), or none and authenticate with a bearer token. A certificate the CA did not
+    /// sign, or one that expired, fails the handshake.
     pub fn server_config(&self) -> Result<rustls::ServerConfig, PkiError> {
-        // Optional client certificates later: pass
-        // `WebPkiClientVerifier::builder_with_provider(roots, provider).allow_unauthenticated().build()?` here.
-        self.server_config_with(WebPkiClientVerifier::no_client_auth())
+        let ca = first_certificate(&self.ca_cert_pem).ok_or(PkiError::InvalidPem("CA certificate"))?;
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ca)?;
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+            .allow_unauthenticated()
+            .build()
+            .map_err(|err| PkiError::Tls(rustls::Error::General(err.to_string())))?;
+        self.server_config_with(verifier)
     }
 
     /// The ServerConfig of [`Pki::server_config`] with the given client certificate verifier.
@@ -239,8 +248,9 @@ impl Pki {
         Ok(config)
     }
 
-    /// Signs a client certificate for `common_name` with `organizations` (O=) using the CA, returning
-    /// (cert_pem, key_pem): used later for node credentials (CN system:node:<name>, O system:nodes).
+    /// Signs a client certificate for `common_name` with `organizations` (O=) using the CA and a key it generates,
+    /// returning (cert_pem, key_pem). Node credentials do not use it: their key stays with the node, and the CA
+    /// signs the node's request instead ([`Pki::sign_client_request`]).
     ///
     /// At most two organizations are supported (rcgen keeps one value per attribute type); `valid_for` must be
     /// between one second and 100 years.
@@ -250,36 +260,113 @@ impl Pki {
         organizations: &[&str],
         valid_for: Duration,
     ) -> Result<(String, String), PkiError> {
-        if common_name.is_empty() {
-            return Err(PkiError::InvalidRequest("the common name is empty".to_owned()));
-        }
-        if organizations.len() > 2 {
-            return Err(PkiError::InvalidRequest(format!(
-                "{} organizations given, at most 2 are supported",
-                organizations.len()
-            )));
-        }
-        if valid_for < Duration::from_secs(1) || valid_for > MAX_VALIDITY {
-            return Err(PkiError::InvalidRequest(format!(
-                "validity of {}s is outside 1s to 100 years",
-                valid_for.as_secs()
-            )));
-        }
-        let mut subject = DistinguishedName::new();
-        subject.push(DnType::CommonName, common_name);
-        for (index, organization) in organizations.iter().enumerate() {
-            // The second O goes in under the same OID as a custom type: rcgen keeps one value per type.
-            let attribute = if index == 0 {
-                DnType::OrganizationName
-            } else {
-                DnType::CustomDnType(vec![2, 5, 4, 10])
-            };
-            subject.push(attribute, *organization);
-        }
-        let mut params = leaf_params(subject, valid_for);
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let params = client_params(common_name, organizations, valid_for)?;
         sign_leaf(&self.ca_key_pem, &params, "client certificate")
     }
+
+    /// Signs a client certificate for the public key of a certificate request, as a Kubernetes signer does: the
+    /// requester keeps its private key. The subject is the request's CN and O (at most two O), the extended key
+    /// usage client auth, the key usage digital signature (plus key encipherment when `key_encipherment`), valid
+    /// from a few minutes ago for `valid_for` (one second to 100 years). Returns the certificate PEM.
+    ///
+    /// The request must have been read with [`CertificateRequest::from_der`] (which verifies its signature);
+    /// deciding whether it may be signed at all is the caller's business (see `csr`). Keys of type ECDSA P-256,
+    /// P-384, Ed25519 and RSA are supported.
+    pub fn sign_client_request(
+        &self,
+        request: &CertificateRequest,
+        key_encipherment: bool,
+        valid_for: Duration,
+    ) -> Result<String, PkiError> {
+        let common_name = request.subject.common_name().ok_or_else(|| {
+            PkiError::InvalidRequest("the request needs exactly one common name".to_owned())
+        })?;
+        let organizations: Vec<&str> = request.subject.organizations.iter().map(String::as_str).collect();
+        let mut params = client_params(common_name, &organizations, valid_for)?;
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        if key_encipherment {
+            params.key_usages.push(KeyUsagePurpose::KeyEncipherment);
+        }
+        let key = [
+            &rcgen::PKCS_ECDSA_P256_SHA256,
+            &rcgen::PKCS_ECDSA_P384_SHA384,
+            &rcgen::PKCS_ED25519,
+            &rcgen::PKCS_RSA_SHA256,
+        ]
+        .into_iter()
+        .map(|algorithm| RequestedKey {
+            algorithm,
+            key: &request.public_key,
+        })
+        // rcgen writes the key's SubjectPublicKeyInfo from the algorithm: the one that reproduces the request's
+        // exactly is the key's type.
+        .find(|key| key.subject_public_key_info() == request.public_key_info)
+        .ok_or_else(|| PkiError::InvalidRequest("unsupported public key algorithm".to_owned()))?;
+        let ca_key =
+            KeyPair::from_pem(&self.ca_key_pem).map_err(|_| PkiError::InvalidPem("CA private key"))?;
+        let issuer = Issuer::new(ca_params(), ca_key);
+        let cert = params
+            .signed_by(&key, &issuer)
+            .map_err(|source| PkiError::Generate {
+                what: "client certificate",
+                source,
+            })?;
+        Ok(cert.pem())
+    }
+}
+
+/// The public key of a certificate request, for rcgen to put into the certificate it signs.
+struct RequestedKey<'a> {
+    algorithm: &'static SignatureAlgorithm,
+    key: &'a [u8],
+}
+
+impl PublicKeyData for RequestedKey<'_> {
+    fn der_bytes(&self) -> &[u8] {
+        self.key
+    }
+
+    fn algorithm(&self) -> &'static SignatureAlgorithm {
+        self.algorithm
+    }
+}
+
+/// The parameters of a client certificate for `common_name` with `organizations` (O=, at most two: rcgen keeps one
+/// value per attribute type), extended key usage client auth, valid for `valid_for` (1 second to 100 years).
+fn client_params(
+    common_name: &str,
+    organizations: &[&str],
+    valid_for: Duration,
+) -> Result<CertificateParams, PkiError> {
+    if common_name.is_empty() {
+        return Err(PkiError::InvalidRequest("the common name is empty".to_owned()));
+    }
+    if organizations.len() > 2 {
+        return Err(PkiError::InvalidRequest(format!(
+            "{} organizations given, at most 2 are supported",
+            organizations.len()
+        )));
+    }
+    if valid_for < Duration::from_secs(1) || valid_for > MAX_VALIDITY {
+        return Err(PkiError::InvalidRequest(format!(
+            "validity of {}s is outside 1s to 100 years",
+            valid_for.as_secs()
+        )));
+    }
+    let mut subject = DistinguishedName::new();
+    subject.push(DnType::CommonName, common_name);
+    for (index, organization) in organizations.iter().enumerate() {
+        // The second O goes in under the same OID as a custom type: rcgen keeps one value per type.
+        let attribute = if index == 0 {
+            DnType::OrganizationName
+        } else {
+            DnType::CustomDnType(vec![2, 5, 4, 10])
+        };
+        subject.push(attribute, *organization);
+    }
+    let mut params = leaf_params(subject, valid_for);
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    Ok(params)
 }
 
 /// Loads the admin token from `dir/token`, or creates a random one (32 random bytes, hex) written with mode
@@ -911,6 +998,109 @@ mod tests {
             pki.issue_client_certificate("a", &[], Duration::MAX),
             Err(PkiError::InvalidRequest(_))
         ));
+    }
+
+    /// A certificate request of a fresh key for this subject; returns the parsed request and the key.
+    fn node_request(common_name: &str, organization: &str) -> (CertificateRequest, KeyPair) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::default();
+        let mut subject = DistinguishedName::new();
+        subject.push(DnType::CommonName, common_name);
+        subject.push(DnType::OrganizationName, organization);
+        params.distinguished_name = subject;
+        let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+        (CertificateRequest::from_pem(pem.as_bytes()).unwrap(), key)
+    }
+
+    #[test]
+    fn a_signed_request_carries_the_requesters_key_and_subject_and_verifies() {
+        let dir = TempDir::new("sign-request");
+        let pki = Pki::load_or_create(&dir.0, &[]).unwrap();
+        let (request, key) = node_request("system:node:n1", "system:nodes");
+        let cert_pem = pki
+            .sign_client_request(&request, false, Duration::from_hours(1))
+            .unwrap();
+        let der = first_certificate(&cert_pem).unwrap();
+        assert!(has_attribute(&der, 3, "system:node:n1"), "CN");
+        assert!(has_attribute(&der, 10, "system:nodes"), "O");
+        let spki = key.subject_public_key_info();
+        assert!(
+            der.windows(spki.len()).any(|w| w == spki.as_slice()),
+            "the certificate holds the requester's public key"
+        );
+        verify_client(&pki, &cert_pem).unwrap();
+        // rustls accepts the pair as a client identity: certificate and the key only the requester has.
+        let key_der = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).unwrap();
+        rustls::sign::CertifiedKey::from_der(vec![der], key_der, &provider()).unwrap();
+
+        let too_long = pki.sign_client_request(&request, true, Duration::MAX);
+        assert!(matches!(too_long, Err(PkiError::InvalidRequest(_))));
+    }
+
+    /// Runs a handshake in memory; returns the server side when it completes.
+    fn handshake(
+        client_config: rustls::ClientConfig,
+        server_config: rustls::ServerConfig,
+    ) -> Result<rustls::ServerConnection, rustls::Error> {
+        let name = ServerName::try_from("localhost").unwrap();
+        let mut client = rustls::ClientConnection::new(Arc::new(client_config), name)?;
+        let mut server = rustls::ServerConnection::new(Arc::new(server_config))?;
+        for _ in 0..10 {
+            if !client.is_handshaking() && !server.is_handshaking() {
+                return Ok(server);
+            }
+            let mut bytes = Vec::new();
+            client.write_tls(&mut bytes).unwrap();
+            server.read_tls(&mut bytes.as_slice()).unwrap();
+            server.process_new_packets()?;
+            let mut bytes = Vec::new();
+            server.write_tls(&mut bytes).unwrap();
+            client.read_tls(&mut bytes.as_slice()).unwrap();
+            client.process_new_packets()?;
+        }
+        Err(rustls::Error::General("the handshake did not finish".into()))
+    }
+
+    fn client_with_certificate(pki: &Pki, cert_pem: &str, key_pem: &str) -> rustls::ClientConfig {
+        let chain = vec![first_certificate(cert_pem).unwrap()];
+        let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
+        rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots(pki))
+            .with_client_auth_cert(chain, key)
+            .unwrap()
+    }
+
+    #[test]
+    fn the_server_accepts_client_certificates_of_its_ca_and_refuses_others() {
+        let dir = TempDir::new("mtls");
+        let pki = Pki::load_or_create(&dir.0, &[]).unwrap();
+        let (request, key) = node_request("system:node:n1", "system:nodes");
+        let cert_pem = pki
+            .sign_client_request(&request, false, Duration::from_hours(1))
+            .unwrap();
+        let server = handshake(
+            client_with_certificate(&pki, &cert_pem, &key.serialize_pem()),
+            pki.server_config().unwrap(),
+        )
+        .unwrap();
+        let presented = server
+            .peer_certificates()
+            .expect("the client certificate is seen");
+        assert_eq!(presented[0], first_certificate(&cert_pem).unwrap());
+
+        // A certificate from another CA fails the handshake.
+        let other_dir = TempDir::new("mtls-other");
+        let other = Pki::load_or_create(&other_dir.0, &[]).unwrap();
+        let (foreign, foreign_key) = other
+            .issue_client_certificate("system:node:n1", &["system:nodes"], Duration::from_hours(1))
+            .unwrap();
+        let refused = handshake(
+            client_with_certificate(&pki, &foreign, &foreign_key),
+            pki.server_config().unwrap(),
+        );
+        assert!(refused.is_err());
     }
 
     #[test]

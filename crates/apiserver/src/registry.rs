@@ -191,7 +191,7 @@ impl Registry {
     /// The resources of this project: the four machine kinds and the built-ins the controllers and kubectl use.
     #[allow(clippy::too_many_lines)] // one table entry per resource reads best as one table
     pub fn new() -> Self {
-        use k8s_openapi::api::{coordination, core, events, policy, storage};
+        use k8s_openapi::api::{certificates, coordination, core, events, policy, storage};
         use mcm_api::crd;
         const EVENT_FIELDS: &[&str] = &[
             "involvedObject.kind",
@@ -372,6 +372,19 @@ impl Registry {
                     schema_fn!(events::v1::Event),
                 )
             },
+            ResourceDef {
+                selectable_fields: &["spec.signerName"],
+                ..def(
+                    "certificates.k8s.io",
+                    "v1",
+                    "CertificateSigningRequest",
+                    "certificatesigningrequests",
+                    &["csr"],
+                    false,
+                    true,
+                    schema_fn!(certificates::v1::CertificateSigningRequest),
+                )
+            },
             custom(
                 "MachineClass",
                 "machineclasses",
@@ -455,6 +468,7 @@ fn singular_of(kind: &'static str) -> &'static str {
         "Lease" => "lease",
         "VolumeAttachment" => "volumeattachment",
         "PodDisruptionBudget" => "poddisruptionbudget",
+        "CertificateSigningRequest" => "certificatesigningrequest",
         "MachineClass" => "machineclass",
         "Machine" => "machine",
         "MachineSet" => "machineset",

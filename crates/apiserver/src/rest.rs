@@ -11,7 +11,7 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header
 use serde_json::{Value, json};
 
 use crate::{
-    discovery,
+    auth, csr, discovery,
     error::{ApiError, success_status},
     objects::{self, FieldValidation, Outcome},
     openapi::OpenApi,
@@ -24,36 +24,8 @@ use crate::{
 /// Largest request body accepted (the real server's limit is about 3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
-/// Who is calling.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct User {
-    /// The user name (`admin`, later `system:node:<name>`).
-    pub name: String,
-    /// The groups (`system:masters` for the admin).
-    pub groups: Vec<String>,
-}
-
-/// Turns a bearer token into a user. A later issue adds node credentials; the admin token is the only one today.
-pub trait Authenticator: Send + Sync {
-    /// The user for this token, or None.
-    fn authenticate(&self, token: &str) -> Option<User>;
-}
-
-/// Authenticates the one admin token.
-pub struct AdminToken(pub String);
-
-impl Authenticator for AdminToken {
-    fn authenticate(&self, token: &str) -> Option<User> {
-        constant_time_eq(token.as_bytes(), self.0.as_bytes()).then(|| User {
-            name: "admin".into(),
-            groups: vec!["system:masters".into()],
-        })
-    }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
+// Authentication and authorization live in `auth`; the names stay reachable here.
+pub use crate::auth::{AdminToken, Authenticator, User};
 
 /// Everything a request needs.
 #[derive(Clone)]
@@ -66,12 +38,16 @@ pub struct AppState {
     pub openapi: Arc<OpenApi>,
     /// Token checks.
     pub auth: Arc<dyn Authenticator>,
+    /// The CA, which signs approved node CertificateSigningRequests.
+    pub pki: Arc<crate::pki::Pki>,
     /// `host:port` clients use, for legacy discovery.
     pub server_address: String,
     /// How often watches that asked for bookmarks get one.
     pub bookmark_interval: Duration,
     /// Flips to true when the server stops; open watches end.
     pub shutdown: tokio::sync::watch::Receiver<bool>,
+    /// Test hooks (watch delay, injected failures); off by default.
+    pub hooks: Arc<crate::hooks::Hooks>,
 }
 
 /// The parsed query string.
@@ -306,10 +282,12 @@ async fn serve(
 ) -> Result<Response<Body>, ApiError> {
     let path = parts.uri.path();
     let target = route(&state.registry, path);
-    // Health and version are open, as on a real server; everything else needs a valid token.
-    if !matches!(target, Ok(Target::Version | Target::Health)) {
-        authenticate(state, &parts.headers)?;
-    }
+    // Health and version are open, as on a real server; everything else needs a valid token or certificate.
+    let user = if matches!(target, Ok(Target::Version | Target::Health)) {
+        None
+    } else {
+        Some(authenticate(state, parts)?)
+    };
     let query = Query::parse(parts.uri.query());
     match target? {
         Target::Version => Ok(respond_value(StatusCode::OK, &version_info(), Format::Json, &[])),
@@ -350,8 +328,12 @@ async fn serve(
             name,
             sub,
         } => {
+            if let Some(failure) = state.hooks.injected_failure(&parts.method) {
+                return Err(failure);
+            }
             let request = ResourceRequest {
                 state,
+                user: user.ok_or(ApiError::Unauthorized)?,
                 def,
                 namespace,
                 name,
@@ -364,10 +346,18 @@ async fn serve(
     }
 }
 
-fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<User, ApiError> {
-    let token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
+/// The bearer token's user; without an Authorization header, the user of the connection's client certificate.
+fn authenticate(state: &AppState, parts: &http::request::Parts) -> Result<User, ApiError> {
+    let Some(authorization) = parts.headers.get(header::AUTHORIZATION) else {
+        return parts
+            .extensions
+            .get::<auth::ClientCertificateUser>()
+            .map(|certificate| certificate.0.clone())
+            .ok_or(ApiError::Unauthorized);
+    };
+    let token = authorization
+        .to_str()
+        .ok()
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .ok_or(ApiError::Unauthorized)?;
@@ -527,6 +517,7 @@ fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
 
 struct ResourceRequest<'a> {
     state: &'a AppState,
+    user: User,
     def: Arc<ResourceDef>,
     namespace: Option<String>,
     name: Option<String>,
@@ -542,10 +533,26 @@ impl ResourceRequest<'_> {
                 "dryRun is not supported by this server".into(),
             ));
         }
+        // Creates are authorized in `create`, which knows the new object's name.
+        if !(*method == Method::POST && self.name.is_none()) {
+            self.authorize(method)?;
+        }
         let sub = self.sub.as_deref();
         match sub {
             None | Some("status") if sub.is_none() || self.def.status_subresource => {}
             Some("scale") if self.def.scale_subresource => {}
+            Some("approval") if csr::is_csr(&self.def) => {}
+            Some("eviction") if self.def.group.is_empty() && self.def.plural == "pods" => {
+                return match (method, &self.name) {
+                    (&Method::POST, Some(name)) => {
+                        let body = read_body(body).await?;
+                        self.evict(name, &body)
+                    }
+                    _ => Err(ApiError::MethodNotAllowed(
+                        "pods/eviction only accepts POST".into(),
+                    )),
+                };
+            }
             Some(other) => {
                 return Err(ApiError::path_not_found(&format!(
                     "{}/{other}",
@@ -583,6 +590,23 @@ impl ResourceRequest<'_> {
                 self.def.group_resource()
             ))),
         }
+    }
+
+    /// 403 unless the user may do this (`auth::authorize`).
+    fn authorize(&self, method: &Method) -> Result<(), ApiError> {
+        let verb = auth::verb_of(method, self.name.is_some(), self.query.flag("watch"));
+        let name = auth::request_name(verb, self.name.as_deref(), self.query.get("fieldSelector"));
+        let namespace = self.namespace.as_deref();
+        let sub = self.sub.as_deref();
+        auth::authorize_stored(
+            &self.state.store,
+            &self.user,
+            verb,
+            &self.def,
+            namespace,
+            name,
+            sub,
+        )
     }
 
     fn namespace(&self) -> &str {
@@ -743,8 +767,22 @@ impl ResourceRequest<'_> {
 
     fn create(&self, body: &[u8]) -> Result<Response<Body>, ApiError> {
         let format = negotiate(self.headers, false)?;
-        let object = decode_object(self.headers, body)?;
+        let mut object = decode_object(self.headers, body)?;
+        let name = object["metadata"]["name"].as_str();
+        let namespace = self.namespace.as_deref();
+        auth::authorize(
+            &self.user,
+            "create",
+            &self.def,
+            namespace,
+            name,
+            None,
+            Some(&object),
+        )?;
         let ctx = self.context()?;
+        if csr::is_csr(&self.def) {
+            csr::prepare_create(&self.state.pki, &self.user, &self.def, &mut object, ctx.now)?;
+        }
         let Outcome { object, warnings, .. } = objects::create(&self.state.store, &ctx, object)?;
         Ok(respond_value(StatusCode::CREATED, &object, format, &warnings))
     }
@@ -755,6 +793,10 @@ impl ResourceRequest<'_> {
         let ctx = self.context()?;
         let outcome = match self.sub.as_deref() {
             Some("scale") => objects::update_scale(&self.state.store, &ctx, name, &object)?,
+            Some("approval") => {
+                let change = csr::ApprovalChange::Replace(&object);
+                csr::write_approval(&self.state.store, &ctx, &self.state.pki, name, change)?
+            }
             Some(_) => objects::update_status(&self.state.store, &ctx, name, object)?,
             None => objects::update(&self.state.store, &ctx, name, object)?,
         };
@@ -770,6 +812,11 @@ impl ResourceRequest<'_> {
             .unwrap_or("");
         let patch_type = objects::patch_type(&self.def, content_type)?;
         let ctx = self.context()?;
+        if self.sub.as_deref() == Some("approval") {
+            let change = csr::ApprovalChange::Patch(patch_type, body);
+            let outcome = csr::write_approval(&self.state.store, &ctx, &self.state.pki, name, change)?;
+            return Ok(self.write_response(&outcome, format));
+        }
         let outcome = objects::patch(
             &self.state.store,
             &ctx,
@@ -788,6 +835,20 @@ impl ResourceRequest<'_> {
             outcome.object.clone()
         };
         respond_value(StatusCode::OK, &body, format, &outcome.warnings)
+    }
+
+    fn evict(&self, name: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {
+        let format = negotiate(self.headers, false)?;
+        let eviction = decode_object(self.headers, body)?;
+        let status = crate::disruption::evict(
+            &self.state.store,
+            &self.def,
+            self.namespace(),
+            name,
+            &eviction,
+            jiff::Timestamp::now(),
+        )?;
+        Ok(respond_value(StatusCode::CREATED, &status, format, &[]))
     }
 
     fn delete(&self, name: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {

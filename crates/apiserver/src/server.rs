@@ -17,7 +17,7 @@ use hyper_util::{
 use tokio::{net::TcpListener, sync::watch, task::JoinSet};
 
 use crate::{
-    objects,
+    auth, objects,
     openapi::OpenApi,
     pki::{self, Pki},
     registry::Registry,
@@ -42,6 +42,16 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// How often deleted namespaces are emptied.
     pub namespace_sweep_interval: Duration,
+    /// How often the garbage collector acts on ownerReferences (deleted owners, foreground and orphan deletion).
+    pub gc_interval: Duration,
+    /// A node silent for longer than this turns Unknown (`--node-monitor-grace-period`, Kubernetes' 40s).
+    pub node_monitor_grace_period: Duration,
+    /// How often nodes, pod grace periods and PodDisruptionBudgets are checked (`--node-monitor-period`).
+    pub node_monitor_period: Duration,
+    /// Test hooks to start with (watch delay, injected failures); off by default.
+    pub watch_delay: Duration,
+    /// Test hook: fail a share of requests with a chosen status; None by default.
+    pub failure: Option<crate::hooks::Failure>,
 }
 
 impl Config {
@@ -55,6 +65,11 @@ impl Config {
             watch_window: 10_000,
             bookmark_interval: Duration::from_mins(1),
             namespace_sweep_interval: Duration::from_secs(1),
+            gc_interval: Duration::from_secs(1),
+            node_monitor_grace_period: Duration::from_secs(40),
+            node_monitor_period: Duration::from_secs(1),
+            watch_delay: Duration::ZERO,
+            failure: None,
         }
     }
 }
@@ -91,6 +106,7 @@ pub enum ServerError {
 
 /// A running server.
 pub struct ApiServer {
+    hooks: Arc<crate::hooks::Hooks>,
     url: String,
     kubeconfig: PathBuf,
     store: Arc<Store>,
@@ -157,18 +173,38 @@ impl ApiServer {
         pki::write_kubeconfig(&kubeconfig, &url, &pki.ca_cert_pem, &token)?;
 
         let (shutdown, shutdown_rx) = watch::channel(false);
+        let hooks = Arc::new(crate::hooks::Hooks::default());
+        hooks.set_watch_delay(config.watch_delay);
+        hooks.set_failure(config.failure.clone());
         let state = AppState {
             openapi: Arc::new(OpenApi::build(&registry)),
             registry: registry.clone(),
             store: Arc::clone(&store),
-            auth: Arc::new(AdminToken(token)),
+            auth: Arc::new(auth::Authenticators(vec![
+                Box::new(AdminToken(token)),
+                Box::new(auth::BootstrapTokens::new(Arc::clone(&store))),
+            ])),
+            pki: Arc::new(pki.clone()),
             server_address: SocketAddr::new(host, local.port()).to_string(),
             bookmark_interval: config.bookmark_interval,
             shutdown: shutdown_rx.clone(),
+            hooks: Arc::clone(&hooks),
         };
         let tls = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config()?));
         let mut tasks = JoinSet::new();
+        tasks.spawn(control_loops(
+            Arc::clone(&store),
+            config.node_monitor_period,
+            config.node_monitor_grace_period,
+            shutdown_rx.clone(),
+        ));
         tasks.spawn(accept_loop(listener, tls, state, shutdown_rx.clone()));
+        tasks.spawn(crate::gc::run(
+            Arc::clone(&store),
+            registry.clone(),
+            config.gc_interval,
+            shutdown_rx.clone(),
+        ));
         tasks.spawn(sweep_namespaces(
             Arc::clone(&store),
             registry,
@@ -177,6 +213,7 @@ impl ApiServer {
         ));
         tracing::info!(url = %url, kubeconfig = %kubeconfig.display(), "API server listening");
         Ok(Self {
+            hooks,
             url,
             kubeconfig,
             store,
@@ -198,6 +235,11 @@ impl ApiServer {
     /// The object store, for in-process test hooks.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// The test hooks (watch delay, injected failures), to change at run time.
+    pub fn hooks(&self) -> &Arc<crate::hooks::Hooks> {
+        &self.hooks
     }
 
     /// Stops accepting, ends open watches and connections, and closes the store.
@@ -229,8 +271,20 @@ async fn accept_loop(
                             return;
                         }
                     };
-                    let service = hyper::service::service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    // A client certificate the CA signed (the handshake verified it) authenticates every request
+                    // of the connection that carries no bearer token.
+                    let certificate_user = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(<[_]>::first)
+                        .and_then(|leaf| auth::user_from_certificate(leaf))
+                        .map(auth::ClientCertificateUser);
+                    let service = hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
                         let state = state.clone();
+                        if let Some(user) = &certificate_user {
+                            request.extensions_mut().insert(user.clone());
+                        }
                         async move { Ok::<_, Infallible>(rest::handle(state, request.map(Body::new)).await) }
                     });
                     if let Err(err) = auto::Builder::new(TokioExecutor::new())
@@ -252,6 +306,28 @@ async fn accept_loop(
     .await;
     connections.abort_all();
     while connections.join_next().await.is_some() {}
+}
+
+/// What kube-controller-manager would do besides namespaces: the node lifecycle, pod grace periods and
+/// PodDisruptionBudget status.
+async fn control_loops(
+    store: Arc<Store>,
+    every: Duration,
+    node_monitor_grace: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {
+                let now = jiff::Timestamp::now();
+                crate::nodelifecycle::monitor(&store, now, node_monitor_grace);
+                crate::pods::expire(&store, now, node_monitor_grace);
+                crate::disruption::refresh_budgets(&store, now);
+            }
+            _ = shutdown.changed() => return,
+        }
+    }
 }
 
 async fn sweep_namespaces(

@@ -72,6 +72,8 @@ pub struct WatchEvent {
     pub object: Arc<Value>,
     /// The object before a modification, when known (used to turn selector transitions into ADDED/DELETED).
     pub previous: Option<Arc<Value>>,
+    /// When the change was committed (or loaded), for the watch-delay test hook.
+    pub at: std::time::Instant,
 }
 
 /// What a mutation decided.
@@ -258,6 +260,7 @@ impl Store {
             name: name.to_owned(),
             object: Arc::clone(&object),
             previous: current,
+            at: std::time::Instant::now(),
         });
         if let Some(db) = &self.db {
             self.persist(db, &event)
@@ -411,6 +414,7 @@ fn load(db: &Database, inner: &mut Inner) -> Result<(), StoreError> {
                 .filter(|v| !v.is_null())
                 .cloned()
                 .map(Arc::new),
+            at: std::time::Instant::now(),
         }));
     }
     let meta = txn.open_table(META).map_err(db_err)?;

@@ -233,6 +233,7 @@ impl<'a> Printer<'a> {
                 Printer::Builtin(VOLUME_ATTACHMENT_COLUMNS, volume_attachment_row)
             }
             ("policy", "PodDisruptionBudget") => Printer::Builtin(PDB_COLUMNS, pdb_row),
+            ("certificates.k8s.io", "CertificateSigningRequest") => Printer::Builtin(CSR_COLUMNS, csr_row),
             _ => Printer::Builtin(DEFAULT_COLUMNS, default_row),
         }
     }
@@ -908,6 +909,63 @@ fn lease_row(obj: &Value, now: Timestamp) -> Vec<Value> {
         json!(name_of(obj)),
         json!(string_at(obj, &["spec", "holderIdentity"])),
         creation_age(obj, now),
+    ]
+}
+
+const CSR_COLUMNS: &[Col] = &[
+    NAME,
+    AGE,
+    col(
+        "SignerName",
+        "signerName indicates the requested signer, and is a qualified name.",
+    ),
+    col(
+        "Requestor",
+        "username contains the name of the user that created the CertificateSigningRequest.",
+    ),
+    col(
+        "RequestedDuration",
+        "expirationSeconds is the requested duration of validity of the issued certificate.",
+    ),
+    col(
+        "Condition",
+        "conditions applied to the request. Known conditions are \"Approved\", \"Denied\", and \"Failed\".",
+    ),
+];
+
+/// The row kubectl prints for a CertificateSigningRequest; Condition is `Denied`, `Approved` or `Pending`, then
+/// `,Failed` and `,Issued` when they apply, as the real server's printer writes it.
+fn csr_row(obj: &Value, now: Timestamp) -> Vec<Value> {
+    let or_none = |s: String| if s.is_empty() { "<none>".to_owned() } else { s };
+    let duration = at(obj, &["spec", "expirationSeconds"])
+        .and_then(Value::as_u64)
+        .map_or_else(|| "<none>".to_owned(), |s| human_age(Duration::from_secs(s)));
+    let conditions = at(obj, &["status", "conditions"])
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let has = |type_: &str| conditions.iter().any(|c| c["type"] == type_);
+    let mut condition = if has("Denied") {
+        "Denied"
+    } else if has("Approved") {
+        "Approved"
+    } else {
+        "Pending"
+    }
+    .to_owned();
+    if has("Failed") {
+        condition.push_str(",Failed");
+    }
+    if str_at(obj, &["status", "certificate"]).is_some_and(|c| !c.is_empty()) {
+        condition.push_str(",Issued");
+    }
+    vec![
+        json!(name_of(obj)),
+        creation_age(obj, now),
+        json!(or_none(string_at(obj, &["spec", "signerName"]))),
+        json!(or_none(string_at(obj, &["spec", "username"]))),
+        json!(duration),
+        json!(condition),
     ]
 }
 
@@ -1658,5 +1716,65 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn certificate_signing_requests_print_signer_requestor_duration_and_condition() {
+        let csrs = def("certificates.k8s.io", "certificatesigningrequests");
+        let pending = json!({
+            "metadata": { "name": "csr-a", "creationTimestamp": "2026-11-22T11:09:00Z" },
+            "spec": { "signerName": "kubernetes.io/kube-apiserver-client-kubelet", "username": "system:bootstrap:abcdef" },
+        });
+        let issued = json!({
+            "metadata": { "name": "csr-b", "creationTimestamp": "2026-11-22T11:09:00Z" },
+            "spec": { "signerName": "kubernetes.io/kube-apiserver-client-kubelet", "username": "system:node:n1",
+                      "expirationSeconds": 86400 },
+            "status": { "conditions": [{ "type": "Approved", "status": "True" }], "certificate": "LS0t" },
+        });
+        let denied = json!({
+            "metadata": { "name": "csr-c" },
+            "spec": {},
+            "status": { "conditions": [{ "type": "Denied", "status": "True" }, { "type": "Failed", "status": "True" }] },
+        });
+        let t = table(
+            &csrs,
+            &[&pending, &issued, &denied],
+            true,
+            json!({}),
+            now(),
+            TABLE_V1,
+        );
+        let names: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "Name",
+                "Age",
+                "SignerName",
+                "Requestor",
+                "RequestedDuration",
+                "Condition"
+            ]
+        );
+        assert_eq!(
+            t["rows"][0]["cells"],
+            json!([
+                "csr-a",
+                "60s",
+                "kubernetes.io/kube-apiserver-client-kubelet",
+                "system:bootstrap:abcdef",
+                "<none>",
+                "Pending"
+            ])
+        );
+        assert_eq!(t["rows"][1]["cells"][4], "24h");
+        assert_eq!(t["rows"][1]["cells"][5], "Approved,Issued");
+        assert_eq!(t["rows"][2]["cells"][2], "<none>");
+        assert_eq!(t["rows"][2]["cells"][5], "Denied,Failed");
     }
 }

@@ -190,6 +190,7 @@ pub fn start(
         bookmarks,
         timeout,
         bookmark_interval: state.bookmark_interval,
+        hooks: Arc::clone(&state.hooks),
     };
     tokio::spawn(live.pump(initial, tx, state.shutdown.clone()));
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
@@ -210,6 +211,7 @@ struct Live {
     bookmarks: bool,
     timeout: Option<Duration>,
     bookmark_interval: Duration,
+    hooks: Arc<crate::hooks::Hooks>,
 }
 
 impl Live {
@@ -238,6 +240,10 @@ impl Live {
                             continue;
                         }
                         self.last_rv = event.rv;
+                        let delay = self.hooks.watch_delay();
+                        if !delay.is_zero() {
+                            tokio::time::sleep_until(tokio::time::Instant::from_std(event.at + delay)).await;
+                        }
                         match self.filter.view(&event) {
                             Some(seen) => self.encoder.frame(seen.as_str(), &shown(&event, seen)),
                             None => continue,

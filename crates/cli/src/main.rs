@@ -46,6 +46,36 @@ struct ApiserverArgs {
     /// How often watches that ask for bookmarks get one (Go duration, e.g. 60s).
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     bookmark_interval: Duration,
+    /// A node whose heartbeat (Lease or Ready condition) is older than this turns Unknown, as with
+    /// kube-controller-manager's flag of the same name.
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    node_monitor_grace_period: Duration,
+    /// How often the garbage collector looks for dependents of deleted owners (ownerReferences).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    gc_interval: Duration,
+    /// How often nodes, pod grace periods and PodDisruptionBudget statuses are checked.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    node_monitor_period: Duration,
+    /// Test hook: deliver every watch event this much after its commit, to test controllers against a lagging
+    /// cache. Off (0s) by default.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    test_watch_delay: Duration,
+    /// Test hook: fail this share (0 to 1) of requests with --test-fail-status. Off (0) by default.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_share)]
+    test_fail_share: f64,
+    /// Test hook: the HTTP status of injected failures (429, 500, 503, 504, ...).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u16).range(400..600))]
+    test_fail_status: u16,
+    /// Test hook: inject failures into writes only (POST, PUT, PATCH, DELETE), never reads.
+    #[arg(long)]
+    test_fail_writes_only: bool,
+}
+
+fn parse_share(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
+        _ => Err(format!("{text:?} is not a share between 0 and 1")),
+    }
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -94,6 +124,15 @@ async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     config.in_memory = args.in_memory;
     config.watch_window = args.watch_window;
     config.bookmark_interval = args.bookmark_interval;
+    config.node_monitor_grace_period = args.node_monitor_grace_period;
+    config.node_monitor_period = args.node_monitor_period;
+    config.gc_interval = args.gc_interval;
+    config.watch_delay = args.test_watch_delay;
+    config.failure = (args.test_fail_share > 0.0).then_some(mcm_apiserver::hooks::Failure {
+        share: args.test_fail_share,
+        status: args.test_fail_status,
+        writes_only: args.test_fail_writes_only,
+    });
     let server = mcm_apiserver::server::ApiServer::start(config)
         .await
         .with_context(|| format!("starting the API server in {}", args.data_dir.display()))?;

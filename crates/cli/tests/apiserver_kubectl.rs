@@ -871,3 +871,62 @@ fn kubectl_get_raw_watch_resumes_across_a_restart_with_exactly_the_later_changes
         "after-restart"
     );
 }
+
+#[test]
+fn kubectl_drain_is_blocked_by_a_pdb_and_completes_without_it() {
+    let server = Server::start("drain");
+    create_ready_node(&server);
+    let pod = server.write(
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web-1\n  labels: {app: web}\nspec:\n  nodeName: n1\n  \
+         terminationGracePeriodSeconds: 1\n  containers: [{name: c, image: busybox}]\n",
+    );
+    server.kubectl_ok(&["create", "-f", arg(&pod)]);
+    let ready = r#"{"status":{"phase":"Running","conditions":[{"type":"Ready","status":"True"}]}}"#;
+    server.kubectl_ok(&[
+        "patch",
+        "pod",
+        "web-1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        ready,
+    ]);
+    let pdb = server.write(
+        "pdb.yaml",
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata:\n  name: web-pdb\nspec:\n  minAvailable: 1\n  \
+         selector: {matchLabels: {app: web}}\n",
+    );
+    server.kubectl_ok(&["create", "-f", arg(&pdb)]);
+    poll("the PDB status counting the pod", CONDITION_DEADLINE, || {
+        (jsonpath(&server, "pdb/web-pdb", "{.status.currentHealthy}") == "1").then_some(())
+    });
+
+    // kubectl evicts through pods/eviction (discovery lists it) and keeps retrying while the PDB says 429.
+    let err = server.kubectl_err(&["drain", "n1", "--ignore-daemonsets", "--force", "--timeout=3s"]);
+    assert!(
+        err.contains("Cannot evict pod as it would violate the pod's disruption budget"),
+        "{err}"
+    );
+    assert_eq!(
+        jsonpath(&server, "node/n1", "{.spec.unschedulable}"),
+        "true",
+        "the node is cordoned"
+    );
+    assert_eq!(
+        jsonpath(&server, "pod/web-1", "{.metadata.deletionTimestamp}"),
+        "",
+        "the pod is untouched"
+    );
+
+    server.kubectl_ok(&["delete", "pdb", "web-pdb"]);
+    let out = server.kubectl_ok(&["drain", "n1", "--ignore-daemonsets", "--force", "--timeout=20s"]);
+    assert!(
+        out.contains("pod/web-1 evicted") && out.contains("node/n1 drained"),
+        "{out}"
+    );
+    assert!(
+        is_not_found(&server, "pod/web-1"),
+        "the evicted pod is gone after its grace"
+    );
+}

@@ -121,9 +121,13 @@ pub async fn client_from(kubeconfig: &Path) -> Client {
 /// The `kube::Config` of a kubeconfig file.
 pub async fn kube_config_from(kubeconfig: &Path) -> kube::Config {
     let file = Kubeconfig::read_from(kubeconfig).expect("the kubeconfig parses");
-    kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+    let mut config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
         .await
-        .expect("the kubeconfig makes a client configuration")
+        .expect("the kubeconfig makes a client configuration");
+    // kube 5 retries 429, 503 and 504 up to 15 times with exponential back-off by default; the tests check those
+    // answers themselves (docs/pitfalls.md).
+    config.default_retry = false;
+    config
 }
 
 /// The Status of a request that must fail with an API error.
