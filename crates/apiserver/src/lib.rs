@@ -18,6 +18,7 @@ pub mod patch;
 pub mod pki;
 pub mod pods;
 pub mod registry;
+pub mod requests;
 pub mod rest;
 pub mod schema_check;
 pub mod selectors;

@@ -48,6 +48,8 @@ pub struct AppState {
     pub shutdown: tokio::sync::watch::Receiver<bool>,
     /// Test hooks (watch delay, injected failures); off by default.
     pub hooks: Arc<crate::hooks::Hooks>,
+    /// Requests counted per user, verb and resource.
+    pub requests: Arc<crate::requests::RequestCounts>,
 }
 
 /// The parsed query string.
@@ -194,6 +196,7 @@ pub fn error_response(err: &ApiError) -> Response<Body> {
 /// What a request path names.
 enum Target {
     Version,
+    DebugRequests,
     Health,
     CoreRoot,
     GroupsRoot,
@@ -218,6 +221,7 @@ fn route(registry: &Registry, path: &str) -> Result<Target, ApiError> {
     let not_found = || ApiError::path_not_found(path);
     let target = match segments.as_slice() {
         ["version"] => Target::Version,
+        ["debug", "requests"] => Target::DebugRequests,
         ["healthz" | "livez" | "readyz", ..] => Target::Health,
         ["api"] => Target::CoreRoot,
         ["apis"] => Target::GroupsRoot,
@@ -322,18 +326,39 @@ async fn serve(
             &[],
         )),
         Target::OpenApiV3(gv) => openapi_document(state, &gv, &query, &parts.headers),
+        Target::DebugRequests => {
+            if !user.as_ref().is_some_and(User::is_admin) {
+                return Err(ApiError::Forbidden(
+                    "only the admin may read the request counters".into(),
+                ));
+            }
+            Ok(respond_value(
+                StatusCode::OK,
+                &state.requests.to_json(),
+                Format::Json,
+                &[],
+            ))
+        }
         Target::Resource {
             def,
             namespace,
             name,
             sub,
         } => {
+            let user = user.ok_or(ApiError::Unauthorized)?;
+            let watch = query.flag("watch");
+            let verb = auth::verb_of(&parts.method, name.is_some(), watch);
+            let resource = match &sub {
+                Some(sub) => format!("{}/{sub}", def.group_resource()),
+                None => def.group_resource(),
+            };
+            state.requests.record(&user.name, verb, &resource);
             if let Some(failure) = state.hooks.injected_failure(&parts.method) {
                 return Err(failure);
             }
             let request = ResourceRequest {
                 state,
-                user: user.ok_or(ApiError::Unauthorized)?,
+                user,
                 def,
                 namespace,
                 name,

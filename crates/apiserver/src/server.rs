@@ -107,6 +107,7 @@ pub enum ServerError {
 /// A running server.
 pub struct ApiServer {
     hooks: Arc<crate::hooks::Hooks>,
+    requests: Arc<crate::requests::RequestCounts>,
     url: String,
     kubeconfig: PathBuf,
     store: Arc<Store>,
@@ -174,6 +175,7 @@ impl ApiServer {
 
         let (shutdown, shutdown_rx) = watch::channel(false);
         let hooks = Arc::new(crate::hooks::Hooks::default());
+        let requests = Arc::new(crate::requests::RequestCounts::default());
         hooks.set_watch_delay(config.watch_delay);
         hooks.set_failure(config.failure.clone());
         let state = AppState {
@@ -189,6 +191,7 @@ impl ApiServer {
             bookmark_interval: config.bookmark_interval,
             shutdown: shutdown_rx.clone(),
             hooks: Arc::clone(&hooks),
+            requests: Arc::clone(&requests),
         };
         let tls = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config()?));
         let mut tasks = JoinSet::new();
@@ -214,6 +217,7 @@ impl ApiServer {
         tracing::info!(url = %url, kubeconfig = %kubeconfig.display(), "API server listening");
         Ok(Self {
             hooks,
+            requests,
             url,
             kubeconfig,
             store,
@@ -235,6 +239,11 @@ impl ApiServer {
     /// The object store, for in-process test hooks.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// The requests counted per user, verb and resource.
+    pub fn requests(&self) -> &Arc<crate::requests::RequestCounts> {
+        &self.requests
     }
 
     /// The test hooks (watch delay, injected failures), to change at run time.
