@@ -1,5 +1,34 @@
 //! Pure decisions of the machine controller manager: no client, no clock (time is a parameter), no I/O.
 //!
-//! Filled by the controller issues: the machine phase machine, creation and deletion steps, health, the retry
-//! policy per machine code (on the tables of `mcm_driver::retry`), the drain plan, replica diffs, deletion order,
-//! rollout arithmetic and safety thresholds. It depends only on `mcm-api` and `mcm-driver`.
+//! Controllers observe (read caches), call a function here that returns a plan (a value: status to write, provider
+//! call to make, patch to apply, when to look again), and act on it. Everything here is deterministic: the current
+//! time, random numbers and the state of other objects are parameters.
+//!
+//! The machine controller's decisions (see `docs/machine-controller-decisions.md`):
+//! - [`retry_policy`]: what to do after a provider call failed, by method and machine code;
+//! - [`timeouts`]: the controller settings (flag defaults) and the effective per-machine values;
+//! - [`creation`]: the next step of the creation flow, CrashLoopBackOff and its deadline, the stale-node guard;
+//! - [`health`]: health of a node and the phase transitions it drives;
+//! - [`remediation`]: how many unhealthy machines of a group may be replaced at once;
+//! - [`nodesync`]: the node template (labels, annotations, taints, virtual capacity) as minimal node patches;
+//! - [`userdata`]: userData placeholders and the bootstrap token;
+//! - [`descriptions`]: every lastOperation description, written and parsed in one place;
+//! - [`finalizers`]: when MachineClasses and Secrets get or lose their finalizers;
+//! - [`status`]: the planned status change shared by the decisions.
+
+pub mod creation;
+pub mod descriptions;
+pub mod finalizers;
+pub mod health;
+pub mod nodesync;
+mod quantity;
+pub mod remediation;
+pub mod retry_policy;
+pub mod status;
+pub mod timeouts;
+pub mod userdata;
+
+pub use descriptions::{Description, Redactor};
+pub use retry_policy::{RetryDecision, RetrySettings};
+pub use status::StatusUpdate;
+pub use timeouts::{ControllerSettings, EffectiveSettings, effective_settings};

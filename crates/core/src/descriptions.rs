@@ -1,0 +1,608 @@
+//! Every `status.lastOperation.description` the creation flow and the health check write, in one place.
+//!
+//! The description is a compatible wire string (users, dashboards and Gardener read it), so it is written here and
+//! only here, by [`Description`]'s `Display`, and read back by [`Description::parse`]. Controllers never build or
+//! match description strings themselves. Where the reference's text is known it is kept word for word
+//! (`Creating machine on cloud provider`, `Cloud provider message - …`, `VM using old node obj`, `Machine … successfully
+//! joined the cluster`, …); where the reference prints Go structs (`%+v` of node conditions) or an odd unit
+//! (`… in 20m0s minutes.`) the text is made readable, and descriptions the reference does not have (a vanished VM,
+//! the CrashLoopBackOff timer) are new and say so.
+//!
+//! Texts shown to users must never carry secret values: provider messages can echo what they were given, so they go
+//! through a [`Redactor`] built from the class's secret before they are put into a description.
+
+use std::{collections::BTreeMap, fmt, time::Duration};
+
+use k8s_openapi::{ByteString, api::core::v1::NodeCondition};
+use mcm_api::GoDuration;
+use mcm_driver::{DriverError, MachineCode};
+
+/// Suffix the reference appends to initialization failures (`machineutils.InstanceInitialization`).
+const INSTANCE_INITIALIZATION: &str = "Initialize VM Instance";
+const PROVIDER_ERROR_PREFIX: &str = "Cloud provider message - ";
+const INIT_ERROR_PREFIX: &str = "Provider error: ";
+const CODES_ERROR_PREFIX: &str = "machine codes error: code = [";
+const CODES_ERROR_MIDDLE: &str = "] message = [";
+const UNKNOWN_TRANSITION: &str = " is unhealthy - changing MachineState to Unknown";
+const NODE_MISSING_PREFIX: &str = "Node object went missing. Machine ";
+const NODE_CONDITIONS: &str = ". Node conditions: ";
+
+/// A lastOperation description of the creation flow or the health check, typed.
+///
+/// `to_string()` gives the wire text; [`Description::parse`] reads it back. Machine names are Kubernetes names (no
+/// white space), which is what makes the texts unambiguous.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Description {
+    /// `Creating machine on cloud provider` (reference): the VM exists and the machine waits for its node (Pending).
+    CreatingMachine,
+    /// `Cloud provider message - machine codes error: code = [<code>] message = [<message>]` (reference, with Go's
+    /// `status.Error` text): a provider call of the creation flow failed.
+    ProviderError {
+        /// The machine code.
+        code: MachineCode,
+        /// The provider's message, already redacted.
+        message: String,
+    },
+    /// `Provider error: machine codes error: code = [<code>] message = [<message>]. Initialize VM Instance`
+    /// (reference): `InitializeMachine` failed.
+    InitializationFailed {
+        /// The machine code.
+        code: MachineCode,
+        /// The provider's message, already redacted.
+        message: String,
+    },
+    /// `VM using old node obj` (reference): the new VM's node name belongs to an existing node (stale-node guard).
+    VmUsingOldNode,
+    /// New: `The VM of machine <machine> (providerID <id>) was not found at the provider; a machine never gets a second
+    /// VM`. The recorded VM is gone; the machine is Failed so that its set replaces it (spec 003).
+    VmVanished {
+        /// The machine's name.
+        machine: String,
+        /// The providerID the machine recorded.
+        provider_id: String,
+    },
+    /// New: `Machine <machine> failed to be created in <timeout>. Last error: <last>`. The creation timeout passed
+    /// while creation was failing (CrashLoopBackOff → Failed, fired by a timer).
+    CreationTimedOut {
+        /// The machine's name.
+        machine: String,
+        /// The effective creation timeout.
+        timeout: Duration,
+        /// The description of the last failure, as it was on the machine.
+        last_error: String,
+    },
+    /// `Machine <machine> successfully joined the cluster in <d>` (reference; without ` in <d>` when the machine has
+    /// no creation timestamp): first join, Pending → Running.
+    Joined {
+        /// The machine's name.
+        machine: String,
+        /// How long the machine took to join, from its creation, in whole seconds.
+        after: Option<Duration>,
+    },
+    /// `Machine <machine> successfully re-joined the cluster` (reference): Unknown → Running.
+    Rejoined {
+        /// The machine's name.
+        machine: String,
+    },
+    /// `Node object went missing. Machine <machine> is unhealthy - changing MachineState to Unknown` (reference).
+    NodeMissing {
+        /// The machine's name.
+        machine: String,
+    },
+    /// `Machine <machine> is unhealthy - changing MachineState to Unknown. Node conditions: <summary>` (reference; the
+    /// summary is readable, see [`conditions_summary`], where the reference prints Go structs).
+    Unhealthy {
+        /// The machine's name.
+        machine: String,
+        /// The node conditions, summarized.
+        conditions: String,
+    },
+    /// `Machine <machine> failed to join the cluster in <timeout>.` (reference, without its stray ` minutes`):
+    /// Pending → Failed at the creation timeout.
+    JoinTimedOut {
+        /// The machine's name.
+        machine: String,
+        /// The effective creation timeout.
+        timeout: Duration,
+    },
+    /// `Machine <machine> is not healthy since <timeout>. Changing status to failed. Node conditions: <summary>`
+    /// (reference, without its stray ` minutes`): Unknown → Failed at the health timeout.
+    HealthTimedOut {
+        /// The machine's name.
+        machine: String,
+        /// The effective health timeout.
+        timeout: Duration,
+        /// The node conditions, summarized.
+        conditions: String,
+    },
+}
+
+/// Go's `status.Status.Error()` text of the reference's machine-code errors.
+fn codes_error(code: MachineCode, message: &str) -> String {
+    format!(
+        "{CODES_ERROR_PREFIX}{}{CODES_ERROR_MIDDLE}{message}]",
+        code.name()
+    )
+}
+
+fn parse_codes_error(text: &str) -> Option<(MachineCode, String)> {
+    let rest = text.strip_prefix(CODES_ERROR_PREFIX)?;
+    let (code, rest) = rest.split_once(CODES_ERROR_MIDDLE)?;
+    let message = rest.strip_suffix(']')?;
+    Some((MachineCode::from_name(code)?, message.to_owned()))
+}
+
+fn go(duration: Duration) -> String {
+    GoDuration::from_std(duration).0
+}
+
+fn parse_go(text: &str) -> Option<Duration> {
+    GoDuration::new(text).parse().ok()
+}
+
+/// A machine name as the descriptions carry it: not empty, no white space.
+fn name(text: &str) -> Option<String> {
+    (!text.is_empty() && !text.contains(char::is_whitespace)).then(|| text.to_owned())
+}
+
+impl fmt::Display for Description {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::CreatingMachine => f.write_str("Creating machine on cloud provider"),
+            Self::ProviderError { code, message } => {
+                write!(f, "{PROVIDER_ERROR_PREFIX}{}", codes_error(*code, message))
+            }
+            Self::InitializationFailed { code, message } => write!(
+                f,
+                "{INIT_ERROR_PREFIX}{}. {INSTANCE_INITIALIZATION}",
+                codes_error(*code, message)
+            ),
+            Self::VmUsingOldNode => f.write_str("VM using old node obj"),
+            Self::VmVanished { machine, provider_id } => write!(
+                f,
+                "The VM of machine {machine} (providerID {provider_id}) was not found at the provider; a machine \
+                 never gets a second VM"
+            ),
+            Self::CreationTimedOut {
+                machine,
+                timeout,
+                last_error,
+            } => write!(
+                f,
+                "Machine {machine} failed to be created in {}. Last error: {last_error}",
+                go(*timeout)
+            ),
+            Self::Joined {
+                machine,
+                after: Some(after),
+            } => write!(
+                f,
+                "Machine {machine} successfully joined the cluster in {}",
+                go(*after)
+            ),
+            Self::Joined { machine, after: None } => {
+                write!(f, "Machine {machine} successfully joined the cluster")
+            }
+            Self::Rejoined { machine } => write!(f, "Machine {machine} successfully re-joined the cluster"),
+            Self::NodeMissing { machine } => write!(f, "{NODE_MISSING_PREFIX}{machine}{UNKNOWN_TRANSITION}"),
+            Self::Unhealthy { machine, conditions } => write!(
+                f,
+                "Machine {machine}{UNKNOWN_TRANSITION}{NODE_CONDITIONS}{conditions}"
+            ),
+            Self::JoinTimedOut { machine, timeout } => write!(
+                f,
+                "Machine {machine} failed to join the cluster in {}.",
+                go(*timeout)
+            ),
+            Self::HealthTimedOut {
+                machine,
+                timeout,
+                conditions,
+            } => write!(
+                f,
+                "Machine {machine} is not healthy since {}. Changing status to failed{NODE_CONDITIONS}{conditions}",
+                go(*timeout)
+            ),
+        }
+    }
+}
+
+impl Description {
+    /// Reads a description written by [`Description`]'s `Display` back; `None` for any other text (descriptions of
+    /// other flows, or written by hand).
+    pub fn parse(text: &str) -> Option<Self> {
+        if text == "Creating machine on cloud provider" {
+            return Some(Self::CreatingMachine);
+        }
+        if text == "VM using old node obj" {
+            return Some(Self::VmUsingOldNode);
+        }
+        if let Some(rest) = text.strip_prefix(PROVIDER_ERROR_PREFIX) {
+            let (code, message) = parse_codes_error(rest)?;
+            return Some(Self::ProviderError { code, message });
+        }
+        if let Some(rest) = text.strip_prefix(INIT_ERROR_PREFIX) {
+            let rest = rest.strip_suffix(INSTANCE_INITIALIZATION)?.strip_suffix(". ")?;
+            let (code, message) = parse_codes_error(rest)?;
+            return Some(Self::InitializationFailed { code, message });
+        }
+        if let Some(rest) = text.strip_prefix("The VM of machine ") {
+            let (machine, rest) = rest.split_once(" (providerID ")?;
+            let provider_id =
+                rest.strip_suffix(") was not found at the provider; a machine never gets a second VM")?;
+            return Some(Self::VmVanished {
+                machine: name(machine)?,
+                provider_id: provider_id.to_owned(),
+            });
+        }
+        if let Some(rest) = text.strip_prefix(NODE_MISSING_PREFIX) {
+            let machine = rest.strip_suffix(UNKNOWN_TRANSITION)?;
+            return Some(Self::NodeMissing {
+                machine: name(machine)?,
+            });
+        }
+        let rest = text.strip_prefix("Machine ")?;
+        let (machine, rest) = rest.split_once(' ')?;
+        let machine = name(machine)?;
+        let rest = format!(" {rest}");
+        if let Some(after) = rest.strip_prefix(" successfully joined the cluster") {
+            let after = match after.strip_prefix(" in ") {
+                Some(duration) => Some(parse_go(duration)?),
+                None if after.is_empty() => None,
+                None => return None,
+            };
+            return Some(Self::Joined { machine, after });
+        }
+        if rest == " successfully re-joined the cluster" {
+            return Some(Self::Rejoined { machine });
+        }
+        if let Some(conditions) = rest
+            .strip_prefix(UNKNOWN_TRANSITION)
+            .and_then(|r| r.strip_prefix(NODE_CONDITIONS))
+        {
+            return Some(Self::Unhealthy {
+                machine,
+                conditions: conditions.to_owned(),
+            });
+        }
+        if let Some(rest) = rest.strip_prefix(" failed to join the cluster in ") {
+            let timeout = parse_go(rest.strip_suffix('.')?)?;
+            return Some(Self::JoinTimedOut { machine, timeout });
+        }
+        if let Some(rest) = rest.strip_prefix(" failed to be created in ") {
+            let (timeout, last_error) = rest.split_once(". Last error: ")?;
+            return Some(Self::CreationTimedOut {
+                machine,
+                timeout: parse_go(timeout)?,
+                last_error: last_error.to_owned(),
+            });
+        }
+        if let Some(rest) = rest.strip_prefix(" is not healthy since ") {
+            let (timeout, conditions) = rest.split_once(". Changing status to failed")?;
+            let conditions = conditions.strip_prefix(NODE_CONDITIONS)?;
+            return Some(Self::HealthTimedOut {
+                machine,
+                timeout: parse_go(timeout)?,
+                conditions: conditions.to_owned(),
+            });
+        }
+        None
+    }
+
+    /// The description of a failed provider call of the creation flow, its message redacted.
+    pub fn provider_error(error: &DriverError, redactor: &Redactor) -> Self {
+        Self::ProviderError {
+            code: error.code,
+            message: redactor.redact(&error.message),
+        }
+    }
+
+    /// The description of a failed `InitializeMachine`, its message redacted.
+    pub fn initialization_failed(error: &DriverError, redactor: &Redactor) -> Self {
+        Self::InitializationFailed {
+            code: error.code,
+            message: redactor.redact(&error.message),
+        }
+    }
+}
+
+/// A readable summary of node conditions for descriptions: `Ready=False (KubeletNotReady), DiskPressure=True`, or
+/// `none` when there are none. Messages and times are left out: they change with every heartbeat.
+pub fn conditions_summary(conditions: &[NodeCondition]) -> String {
+    if conditions.is_empty() {
+        return "none".to_owned();
+    }
+    conditions
+        .iter()
+        .map(|c| match c.reason.as_deref() {
+            Some(reason) if !reason.is_empty() => format!("{}={} ({reason})", c.type_, c.status),
+            _ => format!("{}={}", c.type_, c.status),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Removes known secret values from texts that reach users (provider messages in descriptions, events, logs).
+///
+/// Built from the class's secret data (credentials and userData) and the bootstrap token; every value of at least
+/// [`Redactor::MIN_LEN`] characters, and every line of at least that length of a multi-line value (a provider may
+/// echo one line of a boot script), is replaced by `[redacted]`. Its `Debug` output shows how many values it holds,
+/// never the values.
+#[derive(Clone, Default)]
+pub struct Redactor {
+    needles: Vec<String>,
+}
+
+impl fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redactor")
+            .field("values", &self.needles.len())
+            .finish()
+    }
+}
+
+impl Redactor {
+    /// Shorter values are not redacted: they are not secrets worth the name (`true`, `1`) and would mangle texts.
+    pub const MIN_LEN: usize = 6;
+    /// What a redacted value is replaced with.
+    pub const MARK: &'static str = "[redacted]";
+
+    /// A redactor that knows no secret values.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A redactor for every value of a secret's data.
+    pub fn from_secret_data(data: &BTreeMap<String, ByteString>) -> Self {
+        let mut redactor = Self::new();
+        for value in data.values() {
+            redactor.add(&value.0);
+        }
+        redactor
+    }
+
+    /// Adds a secret value (and its lines, for multi-line values). Values that are not UTF-8 cannot appear in a
+    /// UTF-8 text as a whole; their UTF-8 lines are still added.
+    pub fn add(&mut self, value: &[u8]) {
+        let text = String::from_utf8_lossy(value);
+        let mut candidates = vec![text.trim().to_owned()];
+        if text.contains('\n') {
+            candidates.extend(text.lines().map(|line| line.trim().to_owned()));
+        }
+        for candidate in candidates {
+            if candidate.chars().count() >= Self::MIN_LEN
+                && !candidate.contains('\u{fffd}')
+                && !self.needles.contains(&candidate)
+            {
+                self.needles.push(candidate);
+            }
+        }
+        // Longest first, so that a value containing another is replaced whole.
+        self.needles.sort_by_key(|needle| std::cmp::Reverse(needle.len()));
+    }
+
+    /// The text with every known secret value replaced by [`Redactor::MARK`].
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for needle in &self.needles {
+            if out.contains(needle.as_str()) {
+                out = out.replace(needle.as_str(), Self::MARK);
+            }
+        }
+        out
+    }
+
+    /// The error with its message redacted.
+    pub fn redact_error(&self, error: &DriverError) -> DriverError {
+        DriverError::new(error.code, self.redact(&error.message))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn all_kinds() -> Vec<Description> {
+        vec![
+            Description::CreatingMachine,
+            Description::ProviderError {
+                code: MachineCode::Unavailable,
+                message: "quota [eu-1] exceeded".into(),
+            },
+            Description::InitializationFailed {
+                code: MachineCode::Uninitialized,
+                message: "NIC not ready".into(),
+            },
+            Description::VmUsingOldNode,
+            Description::VmVanished {
+                machine: "m-1".into(),
+                provider_id: "aws:///eu-1a/i-1".into(),
+            },
+            Description::CreationTimedOut {
+                machine: "m-1".into(),
+                timeout: Duration::from_mins(20),
+                last_error: "Cloud provider message - boom".into(),
+            },
+            Description::Joined {
+                machine: "m-1".into(),
+                after: Some(Duration::from_secs(95)),
+            },
+            Description::Joined {
+                machine: "m-1".into(),
+                after: None,
+            },
+            Description::Rejoined {
+                machine: "m-1".into(),
+            },
+            Description::NodeMissing {
+                machine: "m-1".into(),
+            },
+            Description::Unhealthy {
+                machine: "m-1".into(),
+                conditions: "Ready=False (KubeletNotReady)".into(),
+            },
+            Description::JoinTimedOut {
+                machine: "m-1".into(),
+                timeout: Duration::from_mins(20),
+            },
+            Description::HealthTimedOut {
+                machine: "m-1".into(),
+                timeout: Duration::from_mins(10),
+                conditions: "Ready=Unknown".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn reference_texts_are_kept_word_for_word() {
+        assert_eq!(
+            Description::CreatingMachine.to_string(),
+            "Creating machine on cloud provider"
+        );
+        assert_eq!(Description::VmUsingOldNode.to_string(), "VM using old node obj");
+        assert_eq!(
+            Description::ProviderError {
+                code: MachineCode::ResourceExhausted,
+                message: "quota".into()
+            }
+            .to_string(),
+            "Cloud provider message - machine codes error: code = [ResourceExhausted] message = [quota]"
+        );
+        assert_eq!(
+            Description::InitializationFailed {
+                code: MachineCode::Uninitialized,
+                message: "x".into()
+            }
+            .to_string(),
+            "Provider error: machine codes error: code = [Uninitialized] message = [x]. Initialize VM Instance"
+        );
+        assert_eq!(
+            Description::Joined {
+                machine: "m".into(),
+                after: Some(Duration::from_secs(312))
+            }
+            .to_string(),
+            "Machine m successfully joined the cluster in 5m12s"
+        );
+        assert_eq!(
+            Description::Rejoined { machine: "m".into() }.to_string(),
+            "Machine m successfully re-joined the cluster"
+        );
+        assert_eq!(
+            Description::NodeMissing { machine: "m".into() }.to_string(),
+            "Node object went missing. Machine m is unhealthy - changing MachineState to Unknown"
+        );
+        assert_eq!(
+            Description::JoinTimedOut {
+                machine: "m".into(),
+                timeout: Duration::from_mins(20)
+            }
+            .to_string(),
+            "Machine m failed to join the cluster in 20m0s."
+        );
+    }
+
+    #[test]
+    fn every_kind_parses_back() {
+        for description in all_kinds() {
+            let text = description.to_string();
+            assert_eq!(Description::parse(&text), Some(description), "{text}");
+        }
+    }
+
+    #[test]
+    fn other_texts_do_not_parse() {
+        for text in [
+            "",
+            "Initiate node drain",
+            "Machine",
+            "Machine m does something else",
+            "Cloud provider message - not a codes error",
+            "Machine m successfully joined the cluster in forever",
+        ] {
+            assert_eq!(Description::parse(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn conditions_are_summarized_without_heartbeats() {
+        let conditions = vec![
+            NodeCondition {
+                type_: "Ready".into(),
+                status: "False".into(),
+                reason: Some("KubeletNotReady".into()),
+                message: Some("PLEG is not healthy".into()),
+                ..NodeCondition::default()
+            },
+            NodeCondition {
+                type_: "DiskPressure".into(),
+                status: "True".into(),
+                ..NodeCondition::default()
+            },
+        ];
+        assert_eq!(
+            conditions_summary(&conditions),
+            "Ready=False (KubeletNotReady), DiskPressure=True"
+        );
+        assert_eq!(conditions_summary(&[]), "none");
+    }
+
+    #[test]
+    fn provider_messages_lose_secret_values() {
+        let mut data = BTreeMap::new();
+        data.insert(
+            "userData".to_owned(),
+            ByteString(b"#!/bin/bash\nexport TOKEN=abcdef.0123456789abcdef\necho hi\n".to_vec()),
+        );
+        data.insert("password".to_owned(), ByteString(b"hunter2-secret".to_vec()));
+        data.insert("flag".to_owned(), ByteString(b"true".to_vec()));
+        let redactor = Redactor::from_secret_data(&data);
+        let error = DriverError::new(
+            MachineCode::InvalidArgument,
+            "bad request: password=hunter2-secret, line export TOKEN=abcdef.0123456789abcdef failed, true",
+        );
+        let description = Description::provider_error(&error, &redactor).to_string();
+        assert!(!description.contains("hunter2-secret"), "{description}");
+        assert!(!description.contains("0123456789abcdef"), "{description}");
+        assert!(description.contains("[redacted]"));
+        assert!(description.contains(", true"), "short values stay: {description}");
+        let debug = format!("{redactor:?}");
+        assert!(!debug.contains("hunter2"), "{debug}");
+    }
+
+    proptest! {
+        #[test]
+        fn descriptions_round_trip(
+            machine in "[a-z0-9][a-z0-9.-]{0,30}",
+            provider_id in "[a-z]{1,5}:///[a-z0-9/-]{1,20}",
+            message in any::<String>(),
+            seconds in 0u64..400_000,
+            code_number in 0u32..18,
+        ) {
+            let code = MachineCode::from_number(code_number).unwrap();
+            let timeout = Duration::from_secs(seconds);
+            let cases = vec![
+                Description::ProviderError { code, message: message.clone() },
+                Description::InitializationFailed { code, message: message.clone() },
+                Description::VmVanished { machine: machine.clone(), provider_id },
+                Description::CreationTimedOut { machine: machine.clone(), timeout, last_error: message.clone() },
+                Description::Joined { machine: machine.clone(), after: Some(timeout) },
+                Description::Rejoined { machine: machine.clone() },
+                Description::NodeMissing { machine: machine.clone() },
+                Description::Unhealthy { machine: machine.clone(), conditions: message.clone() },
+                Description::JoinTimedOut { machine: machine.clone(), timeout },
+                Description::HealthTimedOut { machine, timeout, conditions: message },
+            ];
+            for description in cases {
+                let text = description.to_string();
+                prop_assert_eq!(Description::parse(&text), Some(description));
+            }
+        }
+
+        #[test]
+        fn parse_never_panics(text in any::<String>()) {
+            let _ = Description::parse(&text);
+        }
+    }
+}

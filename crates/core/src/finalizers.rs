@@ -1,0 +1,151 @@
+//! Finalizers on MachineClasses and Secrets (reference §3.7): a class is kept while machines use it, a secret while
+//! classes use it.
+//!
+//! - A MachineClass gets `machine.sapcloud.io/machine-controller-manager` when at least one machine references it
+//!   (`spec.class.kind` `MachineClass`, same namespace and name); the finalizer goes once the class is being deleted
+//!   and no machine references it.
+//! - A Secret referenced by a class's `secretRef` or `credentialsSecretRef` gets `machine.sapcloud.io/machine-controller`;
+//!   the finalizer goes when no class references it any more.
+
+use k8s_openapi::api::core::v1::{Secret, SecretReference};
+use mcm_api::{Machine, MachineClass, keys::finalizers};
+
+/// What to do with a finalizer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum FinalizerChange {
+    /// Add it (it is missing).
+    Add,
+    /// Remove it (it is there).
+    Remove,
+    /// Nothing to do.
+    Keep,
+}
+
+fn has(finalizers: Option<&Vec<String>>, finalizer: &str) -> bool {
+    finalizers.is_some_and(|f| f.iter().any(|x| x == finalizer))
+}
+
+/// Whether a machine references the class (kind `MachineClass`, same namespace and name).
+pub fn machine_uses_class(machine: &Machine, class: &MachineClass) -> bool {
+    let spec = &machine.spec.class;
+    spec.kind == "MachineClass"
+        && Some(spec.name.as_str()) == class.metadata.name.as_deref()
+        && machine.metadata.namespace == class.metadata.namespace
+}
+
+/// The change of the MachineClass finalizer, given the machines of the class's namespace.
+pub fn class_finalizer(class: &MachineClass, machines: &[&Machine]) -> FinalizerChange {
+    let present = has(
+        class.metadata.finalizers.as_ref(),
+        finalizers::MACHINE_CONTROLLER_MANAGER,
+    );
+    let used = machines.iter().any(|m| machine_uses_class(m, class));
+    let deleting = class.metadata.deletion_timestamp.is_some();
+    match (present, used, deleting) {
+        (false, true, _) => FinalizerChange::Add,
+        (true, false, true) => FinalizerChange::Remove,
+        _ => FinalizerChange::Keep,
+    }
+}
+
+fn refers_to(reference: Option<&SecretReference>, class: &MachineClass, secret: &Secret) -> bool {
+    reference.is_some_and(|r| {
+        // An empty namespace in a reference means the class's own.
+        let namespace = r
+            .namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .or(class.metadata.namespace.as_deref());
+        r.name.as_deref() == secret.metadata.name.as_deref()
+            && namespace == secret.metadata.namespace.as_deref()
+    })
+}
+
+/// Whether a class references the secret (`secretRef` or `credentialsSecretRef`).
+pub fn class_uses_secret(class: &MachineClass, secret: &Secret) -> bool {
+    refers_to(class.secret_ref.as_ref(), class, secret)
+        || refers_to(class.credentials_secret_ref.as_ref(), class, secret)
+}
+
+/// The change of the Secret finalizer, given the classes of the watched namespace.
+pub fn secret_finalizer(secret: &Secret, classes: &[&MachineClass]) -> FinalizerChange {
+    let present = has(secret.metadata.finalizers.as_ref(), finalizers::SECRET);
+    let used = classes.iter().any(|c| class_uses_secret(c, secret));
+    match (present, used) {
+        (false, true) => FinalizerChange::Add,
+        (true, false) => FinalizerChange::Remove,
+        _ => FinalizerChange::Keep,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+
+    fn class(name: &str) -> MachineClass {
+        let mut c = MachineClass::default();
+        c.metadata.name = Some(name.into());
+        c.metadata.namespace = Some("ns".into());
+        c
+    }
+
+    fn machine(class: &str) -> Machine {
+        let mut m = Machine::default();
+        m.metadata.name = Some("m".into());
+        m.metadata.namespace = Some("ns".into());
+        m.spec.class.kind = "MachineClass".into();
+        m.spec.class.name = class.into();
+        m
+    }
+
+    fn secret(name: &str) -> Secret {
+        let mut s = Secret::default();
+        s.metadata.name = Some(name.into());
+        s.metadata.namespace = Some("ns".into());
+        s
+    }
+
+    #[test]
+    fn a_used_class_is_kept_until_deleted_and_unused() {
+        let mut c = class("c");
+        let m = machine("c");
+        let other = machine("d");
+        assert_eq!(class_finalizer(&c, &[&m]), FinalizerChange::Add);
+        assert_eq!(class_finalizer(&c, &[&other]), FinalizerChange::Keep);
+        c.metadata.finalizers = Some(vec![finalizers::MACHINE_CONTROLLER_MANAGER.into()]);
+        assert_eq!(class_finalizer(&c, &[&m]), FinalizerChange::Keep);
+        assert_eq!(
+            class_finalizer(&c, &[&other]),
+            FinalizerChange::Keep,
+            "not deleting"
+        );
+        c.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        assert_eq!(class_finalizer(&c, &[&m]), FinalizerChange::Keep);
+        assert_eq!(class_finalizer(&c, &[&other]), FinalizerChange::Remove);
+    }
+
+    #[test]
+    fn a_secret_is_kept_while_a_class_refers_to_it() {
+        let mut c = class("c");
+        c.credentials_secret_ref = Some(SecretReference {
+            name: Some("creds".into()),
+            namespace: None,
+        });
+        let mut s = secret("creds");
+        assert_eq!(secret_finalizer(&s, &[&c]), FinalizerChange::Add);
+        s.metadata.finalizers = Some(vec![finalizers::SECRET.into()]);
+        assert_eq!(secret_finalizer(&s, &[&c]), FinalizerChange::Keep);
+        assert_eq!(secret_finalizer(&s, &[]), FinalizerChange::Remove);
+        let elsewhere = Secret {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                namespace: Some("other".into()),
+                ..s.metadata.clone()
+            },
+            ..Secret::default()
+        };
+        assert!(!class_uses_secret(&c, &elsewhere));
+    }
+}
