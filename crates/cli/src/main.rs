@@ -24,6 +24,53 @@ enum Command {
     /// Run the embedded Kubernetes-compatible API server alone (for provider authors and tests). It writes
     /// DATA_DIR/kubeconfig (mode 0600) for kubectl, keeps its state in DATA_DIR, and runs until SIGINT or SIGTERM.
     Apiserver(ApiserverArgs),
+    /// Run the machine controller against any API server (a real cluster or `mcm apiserver`), with a built-in
+    /// provider. Flags are named and defaulted as in the reference machine-controller.
+    Run(RunArgs),
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Kubeconfig of the control cluster (machines, classes, secrets).
+    #[arg(long)]
+    control_kubeconfig: PathBuf,
+    /// Kubeconfig of the target cluster (nodes), or `none`: machines then become Available and nodes are not
+    /// watched. Defaults to the control kubeconfig.
+    #[arg(long)]
+    target_kubeconfig: Option<String>,
+    /// Namespace of the machines, classes and secrets.
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    /// The built-in provider to drive (`sim`: in-memory machines with a simulated kubelet on the target cluster).
+    #[arg(long, value_parser = ["sim"])]
+    provider: String,
+    /// Machines reconciled at once.
+    #[arg(long, default_value_t = 50)]
+    concurrent_syncs: u16,
+    /// How long a machine may take from creation to a joined node before it is Failed.
+    #[arg(long, default_value = "20m", value_parser = parse_duration)]
+    machine_creation_timeout: Duration,
+    /// How long a machine may stay Unknown before it is Failed.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    machine_health_timeout: Duration,
+    /// Node condition types that make a node unhealthy unless they are False (comma-separated).
+    #[arg(
+        long,
+        default_value = "KernelDeadlock,ReadonlyFilesystem,DiskPressure,NetworkUnavailable"
+    )]
+    node_conditions: String,
+    /// How often a machine waiting for a change (after a provider error that is not retried) is looked at anyway.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    machine_safety_resync: Duration,
+    /// How many unhealthy machines of one MachineDeployment may be replaced at once.
+    #[arg(long, default_value_t = 1)]
+    max_concurrent_replacements: usize,
+    /// No unhealthy machine of a group is replaced while more than this share of the group is unhealthy.
+    #[arg(long, default_value_t = 0.5, value_parser = parse_share)]
+    max_unhealthy_share: f64,
+    /// Heartbeat interval of the sim provider's simulated kubelets.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    sim_heartbeat_interval: Duration,
 }
 
 #[derive(Debug, Args)]
@@ -108,6 +155,11 @@ fn main() -> anyhow::Result<()> {
                 .write_all(yaml.as_bytes())
                 .context("writing to standard output")?;
         }
+        Command::Run(args) => {
+            init_logging(&cli.log_format);
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(run_controllers(args))?;
+        }
         Command::Apiserver(args) => {
             init_logging(&cli.log_format);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -144,6 +196,66 @@ async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     );
     wait_for_signal().await?;
     server.shutdown().await;
+    Ok(())
+}
+
+async fn client_from(path: &std::path::Path) -> anyhow::Result<kube::Client> {
+    let file =
+        kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("using {}", path.display()))?;
+    kube::Client::try_from(config).context("building the client")
+}
+
+async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
+    let control = client_from(&args.control_kubeconfig).await?;
+    let target = match args.target_kubeconfig.as_deref() {
+        Some("none") => None,
+        Some(path) => Some(client_from(std::path::Path::new(path)).await?),
+        None => Some(control.clone()),
+    };
+    let mut settings = mcm_core::ControllerSettings {
+        machine_creation_timeout: args.machine_creation_timeout,
+        machine_health_timeout: args.machine_health_timeout,
+        node_conditions: mcm_core::timeouts::parse_node_conditions(&args.node_conditions),
+        ..mcm_core::ControllerSettings::default()
+    };
+    settings.retry.await_change_resync = args.machine_safety_resync;
+    settings.remediation.max_concurrent_replacements = args.max_concurrent_replacements;
+    settings.remediation.max_unhealthy_share = args.max_unhealthy_share;
+    let driver = mcm_provider_sim::SimDriver::new(mcm_provider_sim::SimConfig::default());
+    let kubelet = target.as_ref().map(|target| {
+        let config = mcm_provider_sim::KubeletConfig {
+            heartbeat_interval: args.sim_heartbeat_interval,
+            ..mcm_provider_sim::KubeletConfig::default()
+        };
+        mcm_provider_sim::Kubelet::start(&driver, target.clone(), config)
+    });
+    let config = mcm_controllers::machine::Config {
+        namespace: args.namespace.clone(),
+        settings,
+        concurrency: args.concurrent_syncs,
+    };
+    tracing::info!(namespace = %args.namespace, provider = %args.provider, "machine controller starting");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(mcm_controllers::machine::run(
+        control,
+        target,
+        std::sync::Arc::new(driver),
+        config,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    wait_for_signal().await?;
+    let _ = stop.send(());
+    controller
+        .await
+        .context("the machine controller stopped unexpectedly")?;
+    if let Some(kubelet) = kubelet {
+        kubelet.stop().await;
+    }
     Ok(())
 }
 

@@ -1,2 +1,5 @@
-//! kube-runtime controllers that observe, call `mcm-core`, and act (not built yet; the machine controller issues
-//! fill it): machine, machine set, machine deployment, safety, and the node, class and secret watchers.
+//! kube-runtime controllers that observe, call `mcm-core`, and act: today the machine controller (creation,
+//! health, node sync; a minimal deletion until the deletion flow lands). See docs/machine-controller.md.
+
+pub mod events;
+pub mod machine;

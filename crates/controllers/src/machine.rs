@@ -1,0 +1,835 @@
+//! The machine controller: observes machines, their classes, secrets and nodes through reflector stores, asks
+//! `mcm-core` what to do (creation steps, health, node sync), and acts — provider calls, one patch per object when
+//! something changes, Events, requeues. See docs/machine-controller.md.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use k8s_openapi::{
+    ByteString,
+    api::core::v1::{Node, Secret},
+};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::Action,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use mcm_api::{Machine, MachineClass, keys, validation};
+use mcm_core::{
+    ControllerSettings, Redactor, StatusUpdate,
+    creation::{self, CallOutcome, CreationInput, CreationStep},
+    health::{self, HealthInput},
+    nodesync::{self, NodeSyncInput},
+    remediation, userdata,
+};
+use mcm_driver::{
+    CreateMachineRequest, DeleteMachineRequest, Driver, DriverError, GetMachineStatusRequest,
+    InitializeMachineRequest, MachineCode,
+};
+use serde_json::json;
+
+use crate::events::{EventType, Recorder};
+
+/// How the machine controller runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The namespace of the machines, classes and secrets (`--namespace`).
+    pub namespace: String,
+    /// Flag values: timeouts, node conditions, retry and remediation settings.
+    pub settings: ControllerSettings,
+    /// Reconciles at once (`--concurrent-syncs`).
+    pub concurrency: u16,
+}
+
+/// What can fail while acting.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request to an API server failed.
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    control: Client,
+    target: Option<Client>,
+    driver: Arc<dyn Driver>,
+    config: Config,
+    machines: Store<Machine>,
+    classes: Store<MachineClass>,
+    secrets: Store<Secret>,
+    nodes: Option<Store<Node>>,
+    failures: std::sync::Mutex<BTreeMap<String, u32>>,
+    /// For each object we wrote: the resourceVersion our write replaced. While a cache still shows that version,
+    /// it has not seen our write yet, and deciding again would repeat it (equality only: resourceVersions are
+    /// opaque).
+    replaced: std::sync::Mutex<BTreeMap<String, std::collections::BTreeSet<String>>>,
+    recorder: Recorder,
+}
+
+impl Context {
+    fn machine_api(&self) -> Api<Machine> {
+        Api::namespaced(self.control.clone(), &self.config.namespace)
+    }
+
+    fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.as_ref()?.get(&ObjectRef::new(name))
+    }
+
+    fn failures(&self, machine: &str) -> u32 {
+        self.failures
+            .lock()
+            .map_or(0, |m| m.get(machine).copied().unwrap_or(0))
+    }
+
+    fn note_failure(&self, machine: &str) -> u32 {
+        self.failures.lock().map_or(1, |mut m| {
+            let n = m.entry(machine.to_owned()).or_default();
+            *n += 1;
+            *n
+        })
+    }
+
+    /// Notes a write of `key` (e.g. `machine/m1`) that turned version `before` into `after`. A write that changed
+    /// nothing (the same version back) leaves no mark.
+    fn wrote(&self, key: &str, before: Option<String>, after: Option<&str>) {
+        if let (Some(before), Ok(mut m)) = (before, self.replaced.lock())
+            && after != Some(before.as_str())
+        {
+            m.entry(key.to_owned()).or_default().insert(before);
+        }
+    }
+
+    /// Whether the cache still shows a version one of our writes replaced. Once it shows any other version, it
+    /// has caught up with our writes and the marks go.
+    fn stale(&self, key: &str, current: Option<&str>) -> bool {
+        let Ok(mut m) = self.replaced.lock() else {
+            return false;
+        };
+        let replaced = current
+            .as_ref()
+            .is_some_and(|rv| m.get(key).is_some_and(|set| set.contains(*rv)));
+        if !replaced {
+            m.remove(key);
+        }
+        replaced
+    }
+
+    fn clear_failures(&self, machine: &str) {
+        if let Ok(mut m) = self.failures.lock() {
+            m.remove(machine);
+        }
+    }
+}
+
+/// Runs the machine controller until `shutdown` resolves.
+#[allow(clippy::too_many_lines)] // the wiring of the watches reads best in one place
+pub async fn run(
+    control: Client,
+    target: Option<Client>,
+    driver: Arc<dyn Driver>,
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let namespace = config.namespace.clone();
+    let machines_api: Api<Machine> = Api::namespaced(control.clone(), &namespace);
+    let controller = Controller::new(machines_api, watcher::Config::default());
+    let machines = controller.store();
+
+    let (classes, class_writer) = reflector::store::<MachineClass>();
+    let class_stream = watcher(
+        Api::<MachineClass>::namespaced(control.clone(), &namespace),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(class_writer)
+    .applied_objects();
+    let (secrets, secret_writer) = reflector::store::<Secret>();
+    let secret_stream = watcher(
+        Api::<Secret>::namespaced(control.clone(), &namespace),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(secret_writer)
+    .applied_objects();
+
+    let by_class = {
+        let machines = machines.clone();
+        move |class: MachineClass| {
+            let name = class.name_any();
+            machines
+                .state()
+                .into_iter()
+                .filter(|m| m.spec.class.name == name)
+                .map(|m| ObjectRef::from_obj(&*m))
+                .collect::<Vec<_>>()
+        }
+    };
+    let by_secret = {
+        let machines = machines.clone();
+        let classes = classes.clone();
+        move |secret: Secret| {
+            let name = secret.name_any();
+            let using: Vec<String> = classes
+                .state()
+                .iter()
+                .filter(|c| {
+                    [&c.secret_ref, &c.credentials_secret_ref]
+                        .into_iter()
+                        .any(|r| r.as_ref().and_then(|r| r.name.as_deref()) == Some(name.as_str()))
+                })
+                .map(|c| c.name_any())
+                .collect();
+            machines
+                .state()
+                .into_iter()
+                .filter(|m| using.contains(&m.spec.class.name))
+                .map(|m| ObjectRef::from_obj(&*m))
+                .collect::<Vec<_>>()
+        }
+    };
+    let mut controller = controller
+        .watches_stream(class_stream, by_class)
+        .watches_stream(secret_stream, by_secret);
+
+    let nodes = if let Some(target) = &target {
+        let (nodes, node_writer) = reflector::store::<Node>();
+        let node_stream = watcher(Api::<Node>::all(target.clone()), watcher::Config::default())
+            .default_backoff()
+            .reflect(node_writer)
+            .applied_objects();
+        let machines = machines.clone();
+        let by_node = move |node: Node| {
+            let name = node.name_any();
+            machines
+                .state()
+                .into_iter()
+                .filter(|m| m.labels().get(keys::labels::NODE) == Some(&name) || m.name_any() == name)
+                .map(|m| ObjectRef::from_obj(&*m))
+                .collect::<Vec<_>>()
+        };
+        controller = controller.watches_stream(node_stream, by_node);
+        Some(nodes)
+    } else {
+        None
+    };
+
+    let context = Arc::new(Context {
+        recorder: Recorder::new(control.clone(), "machine-controller"),
+        control,
+        target,
+        driver,
+        machines,
+        classes,
+        secrets,
+        nodes,
+        failures: std::sync::Mutex::default(),
+        replaced: std::sync::Mutex::default(),
+        config: config.clone(),
+    });
+    controller
+        .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(error = %err, "machine reconcile ended with an error");
+            }
+        })
+        .await;
+}
+
+#[allow(clippy::needless_pass_by_value)] // the signature is kube-runtime's
+fn error_policy(machine: Arc<Machine>, error: &Error, _: Arc<Context>) -> Action {
+    tracing::warn!(machine = %machine.name_any(), error = %error, "machine reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// The merged secret of a class: `secretRef` data with `credentialsSecretRef` data on top (credentials win). A
+/// missing secret counts as empty, as in the reference; the second value tells whether one was missing.
+fn merged_secret(ctx: &Context, class: &MachineClass) -> (Secret, bool) {
+    let mut data: BTreeMap<String, ByteString> = BTreeMap::new();
+    let mut missing = false;
+    for reference in [&class.secret_ref, &class.credentials_secret_ref]
+        .into_iter()
+        .flatten()
+    {
+        let Some(name) = reference.name.as_deref() else {
+            continue;
+        };
+        let namespace = reference
+            .namespace
+            .clone()
+            .unwrap_or_else(|| ctx.config.namespace.clone());
+        match ctx.secrets.get(&ObjectRef::new(name).within(&namespace)) {
+            Some(secret) => data.extend(secret.data.clone().unwrap_or_default()),
+            None => missing = true,
+        }
+    }
+    (
+        Secret {
+            data: Some(data),
+            ..Secret::default()
+        },
+        missing,
+    )
+}
+
+/// A new machine whose class or secret has not been seen yet waits a moment instead of being reported: they
+/// arrive on other watches than the machine, and their events reconcile it when they do.
+fn waiting_for_references(machine: &Machine) -> bool {
+    machine.status.is_none()
+        && machine
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .is_some_and(|created| {
+                jiff::Timestamp::now().duration_since(created.0).unsigned_abs() < CLASS_ARRIVAL_GRACE
+            })
+}
+
+async fn write_status(ctx: &Context, machine: &Machine, update: &StatusUpdate) -> Result<(), Error> {
+    if !update.changes(machine.status.as_ref()) {
+        return Ok(());
+    }
+    let written = ctx
+        .machine_api()
+        .patch_status(
+            &machine.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(update.merge_patch()),
+        )
+        .await?;
+    let key = format!("machine/{}", machine.name_any());
+    ctx.wrote(
+        &key,
+        machine.resource_version(),
+        written.resource_version().as_deref(),
+    );
+    Ok(())
+}
+
+async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = machine.name_any();
+    // Decide only on synced caches: a class or secret not seen yet is not missing.
+    let _ = ctx.classes.wait_until_ready().await;
+    let _ = ctx.secrets.wait_until_ready().await;
+    if let Some(nodes) = &ctx.nodes {
+        let _ = nodes.wait_until_ready().await;
+    }
+    if ctx.stale(&format!("machine/{name}"), machine.resource_version().as_deref()) {
+        // Our own write is on its way through the watch; its event reconciles again.
+        return Ok(Action::requeue(Duration::from_secs(1)));
+    }
+    if machine.metadata.deletion_timestamp.is_some() {
+        return delete(&machine, &ctx).await;
+    }
+    let finalizers = machine.finalizers();
+    if !finalizers
+        .iter()
+        .any(|f| f == keys::finalizers::MACHINE_CONTROLLER_MANAGER)
+    {
+        let mut list = finalizers.to_vec();
+        list.push(keys::finalizers::MACHINE_CONTROLLER_MANAGER.to_owned());
+        ctx.machine_api()
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "metadata": { "finalizers": list } })),
+            )
+            .await?;
+        return Ok(Action::await_change());
+    }
+    let problems = validation::validate_machine(&machine);
+    let class = ctx
+        .classes
+        .get(&ObjectRef::new(&machine.spec.class.name).within(&ctx.config.namespace));
+    let problems = match (&class, problems.is_empty()) {
+        (_, false) => validation::summarize(&problems),
+        (None, true) => format!(
+            "spec.class.name: Not found: MachineClass {:?} does not exist",
+            machine.spec.class.name
+        ),
+        (Some(class), true) => validation::summarize(&validation::validate_machine_class(class)),
+    };
+    let Some(class) = class.filter(|_| problems.is_empty()) else {
+        return report_invalid(&machine, &ctx, &problems).await;
+    };
+    let (secret, secret_missing) = merged_secret(&ctx, &class);
+    if secret_missing && waiting_for_references(&machine) {
+        return Ok(Action::requeue(CLASS_ARRIVAL_GRACE));
+    }
+    let redactor = Redactor::from_secret_data(secret.data.as_ref().unwrap_or(&BTreeMap::new()));
+    let now = jiff::Timestamp::now();
+    if creation::needs_creation(&machine) {
+        return create(&machine, &class, &secret, &redactor, &ctx, now).await;
+    }
+    ctx.clear_failures(&name);
+    let node_name = machine.labels().get(keys::labels::NODE).cloned();
+    let node = node_name.as_deref().and_then(|n| ctx.node(n));
+    let mut requeue = None;
+    if ctx.target.is_some() {
+        let wants_token = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(keys::user_data::KEY))
+            .is_some_and(|user_data| userdata::wants_bootstrap_token(&user_data.0));
+        requeue = check_health(&machine, node.as_deref(), wants_token, &ctx, now).await?;
+        if let Some(node) = &node {
+            sync_node(&machine, &class, node, &ctx).await?;
+        }
+    }
+    Ok(requeue.map_or_else(
+        || Action::requeue(ctx.config.settings.retry.await_change_resync),
+        Action::requeue,
+    ))
+}
+
+/// How long a new machine may wait for its class to show up before it is reported missing: the class and the
+/// machine arrive on different watches, so a class created just before its machine can be seen after it.
+const CLASS_ARRIVAL_GRACE: Duration = Duration::from_secs(5);
+
+async fn report_invalid(machine: &Machine, ctx: &Context, problems: &str) -> Result<Action, Error> {
+    if waiting_for_references(machine) && problems.contains("Not found: MachineClass") {
+        // The class's watch event reconciles this machine when it arrives; look again after the grace anyway.
+        return Ok(Action::requeue(CLASS_ARRIVAL_GRACE));
+    }
+    let description = format!("Invalid machine or class: {problems}");
+    let current = machine
+        .status
+        .as_ref()
+        .map(|s| s.last_operation.description.as_str());
+    if current != Some(description.as_str()) {
+        let patch = json!({ "status": { "lastOperation": {
+            "description": description,
+            "state": "Failed",
+            "type": "Create",
+            "lastUpdateTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        } } });
+        ctx.machine_api()
+            .patch_status(&machine.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        ctx.recorder
+            .record(machine, EventType::Warning, "InvalidSpec", &description)
+            .await;
+    }
+    // Nothing is created or destroyed: wait for the machine, its class or its secret to change.
+    Ok(Action::requeue(ctx.config.settings.retry.await_change_resync))
+}
+
+fn request_parts(
+    machine: &Machine,
+    class: &MachineClass,
+    secret: &Secret,
+) -> (Machine, MachineClass, Secret) {
+    (machine.clone(), class.clone(), secret.clone())
+}
+
+/// The secret passed to CreateMachine: userData rendered for the machine (and its bootstrap token, created in the
+/// target cluster when the userData asks for one).
+async fn boot_secret(machine: &Machine, secret: &Secret, ctx: &Context) -> Result<Secret, DriverError> {
+    let name = machine.name_any();
+    let user_data = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(keys::user_data::KEY))
+        .map(|b| b.0.clone());
+    let Some(user_data) = user_data else {
+        return Err(DriverError::invalid_argument(format!(
+            "secret of the machine class has no {:?} key",
+            keys::user_data::KEY
+        )));
+    };
+    let token = if userdata::wants_bootstrap_token(&user_data) {
+        let random: [u8; 32] = rand::random();
+        let token = userdata::BootstrapToken::for_machine(&name, &random)
+            .map_err(|err| DriverError::internal(format!("bootstrap token: {err}")))?;
+        if let Some(target) = &ctx.target {
+            let expires = jiff::Timestamp::now()
+                + jiff::SignedDuration::try_from(ctx.config.settings.machine_creation_timeout)
+                    .unwrap_or_default();
+            let object = userdata::bootstrap_token_secret(&token, &name, expires, "");
+            let api: Api<Secret> = Api::namespaced(target.clone(), "kube-system");
+            match api.create(&PostParams::default(), &object).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    api.replace(&token.secret_name(), &PostParams::default(), &object)
+                        .await
+                        .ok();
+                }
+                Err(err) => {
+                    return Err(DriverError::new(
+                        MachineCode::Unavailable,
+                        format!("creating the bootstrap token: {err}"),
+                    ));
+                }
+            }
+        }
+        Some(token)
+    } else {
+        None
+    };
+    let rendered = userdata::render_user_data(&user_data, &name, token.as_ref());
+    let mut secret = secret.clone();
+    secret
+        .data
+        .get_or_insert_with(BTreeMap::new)
+        .insert(keys::user_data::KEY.to_owned(), ByteString(rendered));
+    Ok(secret)
+}
+
+#[allow(clippy::too_many_lines)] // one loop over the creation steps, each step a short arm
+async fn create(
+    machine: &Machine,
+    class: &MachineClass,
+    secret: &Secret,
+    redactor: &Redactor,
+    ctx: &Context,
+    now: jiff::Timestamp,
+) -> Result<Action, Error> {
+    let name = machine.name_any();
+    let mut machine = machine.clone();
+    let mut last: Option<CallOutcome> = None;
+    for _ in 0..8 {
+        let failures = ctx.failures(&name) + u32::from(matches!(&last, Some(o) if outcome_failed(o)));
+        let input = CreationInput {
+            machine: &machine,
+            settings: &ctx.config.settings,
+            now,
+            has_target_cluster: ctx.target.is_some(),
+            failures,
+            random: rand::random(),
+            redactor,
+        };
+        let step = creation::decide(&input, last.as_ref());
+        let (m, c, s) = request_parts(&machine, class, secret);
+        last = match step {
+            CreationStep::Skip => return Ok(Action::await_change()),
+            CreationStep::CallGetMachineStatus => Some(CallOutcome::GetMachineStatus(
+                ctx.driver
+                    .get_machine_status(&GetMachineStatusRequest {
+                        machine: m,
+                        machine_class: c,
+                        secret: s,
+                    })
+                    .await,
+            )),
+            CreationStep::CallCreateMachine => {
+                let result = match boot_secret(&machine, secret, ctx).await {
+                    Ok(boot) => {
+                        ctx.driver
+                            .create_machine(&CreateMachineRequest {
+                                machine: m,
+                                machine_class: c,
+                                secret: boot,
+                            })
+                            .await
+                    }
+                    Err(err) => Err(err),
+                };
+                let node_exists = result.as_ref().is_ok_and(|r| ctx.node(&r.node_name).is_some());
+                if result.is_ok() {
+                    ctx.recorder
+                        .record(&machine, EventType::Normal, "Created", "Created the machine's VM")
+                        .await;
+                }
+                Some(CallOutcome::CreateMachine { result, node_exists })
+            }
+            CreationStep::CallInitializeMachine { record, vm } => {
+                if let Some(record) = record {
+                    let before = machine.resource_version();
+                    machine = ctx
+                        .machine_api()
+                        .patch(
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::Merge(record.merge_patch()),
+                        )
+                        .await?;
+                    ctx.wrote(
+                        &format!("machine/{name}"),
+                        before,
+                        machine.resource_version().as_deref(),
+                    );
+                }
+                let (m, c, s) = request_parts(&machine, class, secret);
+                let result = ctx
+                    .driver
+                    .initialize_machine(&InitializeMachineRequest {
+                        machine: m,
+                        machine_class: c,
+                        secret: s,
+                    })
+                    .await;
+                Some(CallOutcome::InitializeMachine { vm, result })
+            }
+            CreationStep::Finish { record, status } => {
+                if let Some(record) = record {
+                    let before = machine.resource_version();
+                    machine = ctx
+                        .machine_api()
+                        .patch(
+                            &name,
+                            &PatchParams::default(),
+                            &Patch::Merge(record.merge_patch()),
+                        )
+                        .await?;
+                    ctx.wrote(
+                        &format!("machine/{name}"),
+                        before,
+                        machine.resource_version().as_deref(),
+                    );
+                }
+                if let Some(status) = status {
+                    write_status(ctx, &machine, &status).await?;
+                }
+                ctx.clear_failures(&name);
+                return Ok(Action::requeue(ctx.config.settings.retry.await_change_resync));
+            }
+            CreationStep::RecordError {
+                status,
+                requeue_after,
+                method,
+                code,
+                ..
+            } => {
+                ctx.note_failure(&name);
+                write_status(ctx, &machine, &status).await?;
+                let message = status
+                    .last_operation
+                    .as_ref()
+                    .map(|o| o.description.clone())
+                    .unwrap_or_default();
+                ctx.recorder
+                    .record(
+                        &machine,
+                        EventType::Warning,
+                        "ProviderError",
+                        &format!("{} failed ({code}): {message}", method.name()),
+                    )
+                    .await;
+                return Ok(requeue_after.map_or_else(Action::await_change, Action::requeue));
+            }
+            CreationStep::DeleteStaleVm { vm, status } => {
+                let mut stale = machine.clone();
+                stale.spec.provider_id.clone_from(&vm.provider_id);
+                let (_, c, s) = request_parts(&stale, class, secret);
+                if let Err(err) = ctx
+                    .driver
+                    .delete_machine(&DeleteMachineRequest {
+                        machine: stale,
+                        machine_class: c,
+                        secret: s,
+                    })
+                    .await
+                {
+                    tracing::warn!(machine = %name, error = %redactor.redact(&err.message), "could not delete a stale VM");
+                }
+                write_status(ctx, &machine, &status).await?;
+                return Ok(Action::await_change());
+            }
+            CreationStep::Fail { status } => {
+                write_status(ctx, &machine, &status).await?;
+                let message = status
+                    .last_operation
+                    .as_ref()
+                    .map(|o| o.description.clone())
+                    .unwrap_or_default();
+                ctx.recorder
+                    .record(&machine, EventType::Warning, "Failed", &message)
+                    .await;
+                return Ok(Action::await_change());
+            }
+        };
+    }
+    Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+fn outcome_failed(outcome: &CallOutcome) -> bool {
+    match outcome {
+        CallOutcome::GetMachineStatus(r) => r.is_err(),
+        CallOutcome::CreateMachine { result, .. } => result.is_err(),
+        CallOutcome::InitializeMachine { result, .. } => result.is_err(),
+    }
+}
+
+async fn check_health(
+    machine: &Machine,
+    node: Option<&Node>,
+    wants_token: bool,
+    ctx: &Context,
+    now: jiff::Timestamp,
+) -> Result<Option<Duration>, Error> {
+    let plan = health::decide(&HealthInput {
+        machine,
+        node,
+        settings: &ctx.config.settings,
+        now,
+    });
+    let mut status = plan.status.clone();
+    if let Some(failure) = &plan.failure_candidate {
+        let all = ctx.machines.state();
+        let key = remediation::group_key(machine);
+        let group: Vec<&Machine> = all
+            .iter()
+            .map(|m| &**m)
+            .filter(|m| remediation::group_key(m) == key)
+            .collect();
+        let name = machine.name_any();
+        let decision = remediation::decide(
+            &group,
+            &[name.as_str()],
+            None,
+            now,
+            &ctx.config.settings.remediation,
+        );
+        if decision.allowed.iter().any(|n| n == &name) {
+            status = Some(failure.clone());
+        }
+    }
+    if let Some(status) = &status {
+        write_status(ctx, machine, status).await?;
+        if let Some(phase) = status.phase().filter(|p| Some(*p) != machine.phase()) {
+            let kind = if phase == mcm_api::MachinePhase::Failed {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            };
+            let message = status
+                .last_operation
+                .as_ref()
+                .map(|o| o.description.clone())
+                .unwrap_or_default();
+            ctx.recorder.record(machine, kind, phase.as_str(), &message).await;
+        }
+    }
+    if let Some(join) = &plan.first_join {
+        // The join duration is in the Running lastOperation's description; the reference's annotation
+        // `machine-join-duration` would be a sixth write per machine (docs/machine-controller.md).
+        if let Some(target) = &ctx.target
+            && wants_token
+        {
+            let api: Api<Secret> = Api::namespaced(target.clone(), "kube-system");
+            let _ = api
+                .delete(&join.bootstrap_token_secret, &DeleteParams::default())
+                .await;
+        }
+    }
+    Ok(plan.requeue_after)
+}
+
+async fn sync_node(machine: &Machine, class: &MachineClass, node: &Node, ctx: &Context) -> Result<(), Error> {
+    let Some(target) = &ctx.target else { return Ok(()) };
+    let api: Api<Node> = Api::all(target.clone());
+    let key = format!("node/{}", node.name_any());
+    if ctx.stale(&key, node.resource_version().as_deref()) {
+        return Ok(());
+    }
+    let plan = nodesync::plan(&NodeSyncInput::new(machine, Some(class), node));
+    let mut node_patch = plan.node_patch.clone();
+    if !node.finalizers().iter().any(|f| f == keys::finalizers::NODE) {
+        let mut list = node.finalizers().to_vec();
+        list.push(keys::finalizers::NODE.to_owned());
+        let patch = node_patch.get_or_insert_with(|| json!({}));
+        patch["metadata"]["finalizers"] = json!(list);
+    }
+    if let Some(patch) = node_patch {
+        let written = api
+            .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+        ctx.wrote(
+            &key,
+            node.resource_version(),
+            written.resource_version().as_deref(),
+        );
+    }
+    if let Some(patch) = plan.status_patch {
+        api.patch_status(&node.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+    }
+    if let Some(patch) = plan.capacity_annotation_patch {
+        api.patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+            .await?;
+    }
+    Ok(())
+}
+
+/// A minimal deletion until the deletion flow with hooks and drain (issue 6): delete the VM (NotFound counts as
+/// done), the node (removing its finalizer), then the machine's finalizer.
+async fn delete(machine: &Machine, ctx: &Context) -> Result<Action, Error> {
+    let name = machine.name_any();
+    if !machine
+        .finalizers()
+        .iter()
+        .any(|f| f == keys::finalizers::MACHINE_CONTROLLER_MANAGER)
+    {
+        return Ok(Action::await_change());
+    }
+    if let Some(class) = ctx
+        .classes
+        .get(&ObjectRef::new(&machine.spec.class.name).within(&ctx.config.namespace))
+    {
+        let (secret, _) = merged_secret(ctx, &class);
+        let (m, c, s) = request_parts(machine, &class, &secret);
+        match ctx
+            .driver
+            .delete_machine(&DeleteMachineRequest {
+                machine: m,
+                machine_class: c,
+                secret: s,
+            })
+            .await
+        {
+            Ok(_) => {}
+            Err(err) if err.code == MachineCode::NotFound => {}
+            Err(err) => {
+                let redactor = Redactor::from_secret_data(secret.data.as_ref().unwrap_or(&BTreeMap::new()));
+                let message = redactor.redact(&err.message);
+                ctx.recorder
+                    .record(machine, EventType::Warning, "DeleteFailed", &message)
+                    .await;
+                return Ok(Action::requeue(Duration::from_secs(5)));
+            }
+        }
+    }
+    if let (Some(target), Some(node)) = (&ctx.target, machine.labels().get(keys::labels::NODE)) {
+        let api: Api<Node> = Api::all(target.clone());
+        if let Some(current) = ctx.node(node) {
+            let list: Vec<&String> = current
+                .finalizers()
+                .iter()
+                .filter(|f| *f != keys::finalizers::NODE)
+                .collect();
+            if list.len() != current.finalizers().len() {
+                let _ = api
+                    .patch(
+                        node,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "metadata": { "finalizers": list } })),
+                    )
+                    .await;
+            }
+            match api.delete(node, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+    }
+    let list: Vec<&String> = machine
+        .finalizers()
+        .iter()
+        .filter(|f| *f != keys::finalizers::MACHINE_CONTROLLER_MANAGER)
+        .collect();
+    let patch = json!({ "metadata": { "finalizers": list, "resourceVersion": machine.resource_version() } });
+    ctx.machine_api()
+        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+        .await?;
+    ctx.clear_failures(&name);
+    Ok(Action::await_change())
+}
