@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The main job until `mcm up` exists: build mcm, start the embedded API server, apply the example manifests with
-# kubectl, and show them with their printer columns. No controllers run yet, so machines get no status.
+# The main job until `mcm up` exists: build mcm, start the embedded API server and the machine controller (with the
+# sim provider, whose simulated kubelets register the nodes), apply the example manifests with kubectl, wait for the
+# single Machine to run, and show everything with its printer columns. MachineSets and MachineDeployments have no
+# controller yet (issue 7), so they get no machines.
 # Usage: scripts/demo.sh [DATA_DIR]   (default: a fresh temporary directory; the server is stopped at the end)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +15,8 @@ cargo build -q -p mcm
 data_dir="${1:-$(mktemp -d "${TMPDIR:-/tmp}/mcm-demo.XXXXXX")}"
 target/debug/mcm apiserver --data-dir "$data_dir" >"$data_dir.log" 2>&1 &
 server=$!
-trap 'kill "$server" 2>/dev/null; wait "$server" 2>/dev/null || true' EXIT
+controller=""
+trap 'kill $controller "$server" 2>/dev/null; wait $controller "$server" 2>/dev/null || true' EXIT
 
 export KUBECONFIG="$data_dir/kubeconfig"
 for _ in $(seq 100); do
@@ -23,7 +26,12 @@ for _ in $(seq 100); do
 done
 kubectl get --raw /readyz >/dev/null
 
+target/debug/mcm run --control-kubeconfig "$KUBECONFIG" --provider sim --sim-heartbeat-interval 2s \
+    >"$data_dir.controller.log" 2>&1 &
+controller=$!
+
 kubectl apply -f "$examples"
-kubectl get mcd,mcs,mc,mcc
+kubectl wait --for=jsonpath='{.status.currentStatus.phase}'=Running machine/single-machine --timeout=60s
+kubectl get mcd,mcs,mc,mcc,nodes
 echo
-echo "API server data in $data_dir (kubeconfig: $KUBECONFIG)"
+echo "API server data in $data_dir (kubeconfig: $KUBECONFIG); logs in $data_dir.log and $data_dir.controller.log"
