@@ -11,6 +11,7 @@
 //! approves it through the `approval` subresource, which signs a kubelet client request of any node name; a
 //! `Denied` request is never signed.
 
+use crate::objects::timestamp;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -65,10 +66,6 @@ const KNOWN_USAGES: &[&str] = &[
 /// True for the CertificateSigningRequest resource.
 pub fn is_csr(def: &ResourceDef) -> bool {
     def.group == "certificates.k8s.io" && def.plural == "certificatesigningrequests"
-}
-
-fn timestamp(now: jiff::Timestamp) -> String {
-    now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 fn invalid(

@@ -7,6 +7,7 @@
 //! with its grace period. Charging and checking happen in one store transaction, so concurrent evictions never
 //! exceed the budget.
 
+use crate::objects::timestamp;
 use std::{collections::BTreeMap, sync::Arc};
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -21,10 +22,6 @@ use crate::{
 
 /// How long a pod stays in `disruptedPods` when its deletion is not observed (kube-controller-manager's value).
 const DISRUPTED_POD_TIMEOUT_SECONDS: i64 = 120;
-
-fn timestamp(now: jiff::Timestamp) -> String {
-    now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
 
 fn parse_time(value: &Value) -> Option<jiff::Timestamp> {
     value.as_str().and_then(|s| s.parse().ok())

@@ -3,6 +3,7 @@
 //! grace period gets its conditions set to Unknown with the reasons Kubernetes uses, and the
 //! `node.kubernetes.io/unreachable:NoSchedule` taint; when the node reports Ready again, the taint goes.
 
+use crate::objects::timestamp;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -14,10 +15,6 @@ pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
 
 /// The conditions the controller turns Unknown (those a kubelet reports).
 const CONDITIONS: [&str; 4] = ["Ready", "MemoryPressure", "DiskPressure", "PIDPressure"];
-
-fn timestamp(at: jiff::Timestamp) -> String {
-    at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
 
 fn time(value: &Value) -> Option<jiff::Timestamp> {
     value.as_str().and_then(|s| s.parse().ok())

@@ -65,7 +65,8 @@ pub fn resource_id(def: &ResourceDef) -> String {
     format!("{}/{}", def.group, def.plural)
 }
 
-fn timestamp(now: jiff::Timestamp) -> String {
+/// A timestamp as the API writes it (RFC 3339, whole seconds, UTC).
+pub(crate) fn timestamp(now: jiff::Timestamp) -> String {
     now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
@@ -431,6 +432,18 @@ fn check_immutable(ctx: &Context, current: &Value, object: &Value) -> Result<(),
     }
 }
 
+/// Makes `to`'s status that of `from` (removing it when `from` has none).
+fn copy_status(from: &Value, to: &mut Value) {
+    match from.get("status") {
+        Some(status) => to["status"] = status.clone(),
+        None => {
+            if let Some(o) = to.as_object_mut() {
+                o.remove("status");
+            }
+        }
+    }
+}
+
 /// Copies the fields only the server sets from the stored object, and the status when it is a subresource and
 /// this is a write to the main resource.
 fn keep_server_fields(def: &ResourceDef, current: &Value, object: &mut Value, keep_status: bool) {
@@ -460,14 +473,7 @@ fn keep_server_fields(def: &ResourceDef, current: &Value, object: &mut Value, ke
         meta.remove(field);
     }
     if keep_status && def.status_subresource {
-        match current.get("status") {
-            Some(status) => object["status"] = status.clone(),
-            None => {
-                if let Some(o) = object.as_object_mut() {
-                    o.remove("status");
-                }
-            }
-        }
+        copy_status(current, object);
     }
 }
 
@@ -584,14 +590,7 @@ pub fn update_status(
         check_resource_version(ctx, current, requested_rv.as_deref())?;
         let mut next = (**current).clone();
         meta_mut(&mut next).remove("resourceVersion");
-        match object.get("status") {
-            Some(status) => next["status"] = status.clone(),
-            None => {
-                if let Some(o) = next.as_object_mut() {
-                    o.remove("status");
-                }
-            }
-        }
+        copy_status(&object, &mut next);
         decide(ctx, current, next)
     })?;
     Ok(outcome(stored, warnings))
@@ -684,14 +683,7 @@ pub fn patch(
                 validate_fields(ctx, &mut patched, &mut warnings)?;
                 let mut next = (**current).clone();
                 meta_mut(&mut next).remove("resourceVersion");
-                match patched.get("status") {
-                    Some(status) => next["status"] = status.clone(),
-                    None => {
-                        if let Some(o) = next.as_object_mut() {
-                            o.remove("status");
-                        }
-                    }
-                }
+                copy_status(&patched, &mut next);
                 next
             }
             None => {

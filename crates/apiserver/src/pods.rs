@@ -6,6 +6,7 @@
 //! pod termination on itself (the node carries the annotation [`AGENT_TERMINATES_PODS`] and its Lease was renewed
 //! within the node monitor grace period); then the agent deletes the pod with grace 0 when its work has stopped.
 
+use crate::objects::timestamp;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -20,10 +21,6 @@ pub const AGENT_TERMINATES_PODS: &str = "node.machine.sapcloud.io/agent-terminat
 
 /// A pod's default grace period when its spec names none (Kubernetes' default).
 const DEFAULT_GRACE_SECONDS: i64 = 30;
-
-fn timestamp(at: jiff::Timestamp) -> String {
-    at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-}
 
 fn deletion_time(pod: &Value) -> Option<jiff::Timestamp> {
     pod["metadata"]["deletionTimestamp"]

@@ -542,20 +542,7 @@ async fn create(
             }
             CreationStep::CallInitializeMachine { record, vm } => {
                 if let Some(record) = record {
-                    let before = machine.resource_version();
-                    machine = ctx
-                        .machine_api()
-                        .patch(
-                            &name,
-                            &PatchParams::default(),
-                            &Patch::Merge(record.merge_patch()),
-                        )
-                        .await?;
-                    ctx.wrote(
-                        &format!("machine/{name}"),
-                        before,
-                        machine.resource_version().as_deref(),
-                    );
+                    machine = apply_record(ctx, &machine, &record).await?;
                 }
                 let (m, c, s) = request_parts(&machine, class, secret);
                 let result = ctx
@@ -570,20 +557,7 @@ async fn create(
             }
             CreationStep::Finish { record, status } => {
                 if let Some(record) = record {
-                    let before = machine.resource_version();
-                    machine = ctx
-                        .machine_api()
-                        .patch(
-                            &name,
-                            &PatchParams::default(),
-                            &Patch::Merge(record.merge_patch()),
-                        )
-                        .await?;
-                    ctx.wrote(
-                        &format!("machine/{name}"),
-                        before,
-                        machine.resource_version().as_deref(),
-                    );
+                    machine = apply_record(ctx, &machine, &record).await?;
                 }
                 if let Some(status) = status {
                     write_status(ctx, &machine, &status).await?;
@@ -648,6 +622,30 @@ async fn create(
         };
     }
     Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+/// Records the VM on the machine (providerID, `node` label, priority annotation) and notes the write, so that a
+/// cache that has not seen it yet is not decided on again. Returns the machine as written.
+async fn apply_record(
+    ctx: &Context,
+    machine: &Machine,
+    record: &creation::VmRecord,
+) -> Result<Machine, Error> {
+    let written = ctx
+        .machine_api()
+        .patch(
+            &machine.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(record.merge_patch()),
+        )
+        .await?;
+    let key = format!("machine/{}", machine.name_any());
+    ctx.wrote(
+        &key,
+        machine.resource_version(),
+        written.resource_version().as_deref(),
+    );
+    Ok(written)
 }
 
 fn outcome_failed(outcome: &CallOutcome) -> bool {
