@@ -349,6 +349,10 @@ async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, E
     let class = ctx
         .classes
         .get(&ObjectRef::new(&machine.spec.class.name).within(&ctx.config.namespace));
+    if class.is_none() && problems.is_empty() && waiting_for_references(&machine) {
+        // The class's watch event reconciles this machine when it arrives; look again after the grace anyway.
+        return Ok(Action::requeue(CLASS_ARRIVAL_GRACE));
+    }
     let problems = match (&class, problems.is_empty()) {
         (_, false) => validation::summarize(&problems),
         (None, true) => format!(
@@ -395,10 +399,6 @@ async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, E
 const CLASS_ARRIVAL_GRACE: Duration = Duration::from_secs(5);
 
 async fn report_invalid(machine: &Machine, ctx: &Context, problems: &str) -> Result<Action, Error> {
-    if waiting_for_references(machine) && problems.contains("Not found: MachineClass") {
-        // The class's watch event reconciles this machine when it arrives; look again after the grace anyway.
-        return Ok(Action::requeue(CLASS_ARRIVAL_GRACE));
-    }
     let description = format!("Invalid machine or class: {problems}");
     let current = machine
         .status
