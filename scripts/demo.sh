@@ -26,7 +26,7 @@ for _ in $(seq 100); do
 done
 kubectl get --raw /readyz >/dev/null
 
-target/debug/mcm run --control-kubeconfig "$KUBECONFIG" --provider sim --sim-heartbeat-interval 2s \
+target/debug/mcm run --control-kubeconfig "$KUBECONFIG" --provider sim --sim-heartbeat-interval 2s --port 0 \
     >"$data_dir.controller.log" 2>&1 &
 controller=$!
 

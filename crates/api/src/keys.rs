@@ -89,6 +89,9 @@ pub mod annotations {
     pub const PREFER_NO_SCHEDULE: &str = "deployment.machine.sapcloud.io/prefer-no-schedule";
     /// On a MachineSet or MachineDeployment: `True` unfreezes it by hand.
     pub const UNFREEZE: &str = "safety.machine.sapcloud.io/unfreeze";
+    /// On a provider-specific class (e.g. `AWSMachineClass`) that was migrated to a `MachineClass` of the same name;
+    /// the value is `machine-controller-<Kind>` as in the reference.
+    pub const MIGRATED_MACHINE_CLASS: &str = "machine.sapcloud.io/migrated";
 }
 
 /// Taints.

@@ -422,6 +422,20 @@ impl Registry {
                 || crd_schema(crd::machine_deployment),
             ),
         ];
+        // The provider-specific class kinds of older MCM releases, served free-form so that machines still naming
+        // them can be migrated to MachineClass (spec 000 GenerateMachineClassForMigration). `SimMachineClass` is
+        // the sim provider's, for tests of that flow.
+        for (kind, plural) in LEGACY_CLASS_KINDS {
+            resources.push(custom(
+                kind,
+                plural,
+                &[],
+                false,
+                false,
+                Vec::new(),
+                legacy_class_schema,
+            ));
+        }
         for resource in &mut resources {
             resource.singular = singular_of(resource.kind);
         }
@@ -455,6 +469,30 @@ impl Registry {
     }
 }
 
+/// Old provider-specific class kinds (kind, plural), served for class migration only.
+const LEGACY_CLASS_KINDS: [(&str, &str); 7] = [
+    ("AWSMachineClass", "awsmachineclasses"),
+    ("AzureMachineClass", "azuremachineclasses"),
+    ("GCPMachineClass", "gcpmachineclasses"),
+    ("OpenStackMachineClass", "openstackmachineclasses"),
+    ("AlicloudMachineClass", "alicloudmachineclasses"),
+    ("PacketMachineClass", "packetmachineclasses"),
+    ("SimMachineClass", "simmachineclasses"),
+];
+
+/// The schema of a legacy class: metadata plus a free-form spec (the old CRDs were provider-defined).
+fn legacy_class_schema() -> Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {
+            "apiVersion": { "type": "string" },
+            "kind": { "type": "string" },
+            "metadata": { "type": "object" },
+            "spec": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
+        },
+    })
+}
+
 /// Lower-case singular of a kind, as Kubernetes derives it.
 fn singular_of(kind: &'static str) -> &'static str {
     match kind {
@@ -473,6 +511,13 @@ fn singular_of(kind: &'static str) -> &'static str {
         "Machine" => "machine",
         "MachineSet" => "machineset",
         "MachineDeployment" => "machinedeployment",
+        "AWSMachineClass" => "awsmachineclass",
+        "AzureMachineClass" => "azuremachineclass",
+        "GCPMachineClass" => "gcpmachineclass",
+        "OpenStackMachineClass" => "openstackmachineclass",
+        "AlicloudMachineClass" => "alicloudmachineclass",
+        "PacketMachineClass" => "packetmachineclass",
+        "SimMachineClass" => "simmachineclass",
         _ => "",
     }
 }

@@ -1,6 +1,6 @@
 //! `mcm`: the one binary of the machine controller manager.
 
-use std::{io::Write, net::IpAddr, path::PathBuf, time::Duration};
+use std::{io::Write, net::IpAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -26,7 +26,7 @@ enum Command {
     Apiserver(ApiserverArgs),
     /// Run the machine controller against any API server (a real cluster or `mcm apiserver`), with a built-in
     /// provider. Flags are named and defaulted as in the reference machine-controller.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -68,6 +68,39 @@ struct RunArgs {
     /// No unhealthy machine of a group is replaced while more than this share of the group is unhealthy.
     #[arg(long, default_value_t = 0.5, value_parser = parse_share)]
     max_unhealthy_share: f64,
+    /// How long a drain may take before it turns into a force drain (per machine: `spec.drainTimeout`).
+    #[arg(long, default_value = "2h", value_parser = parse_duration)]
+    machine_drain_timeout: Duration,
+    /// Eviction attempts per pod refused by a PodDisruptionBudget, at most the drain timeout divided by
+    /// `--machine-evict-retry-interval` (per machine: `spec.maxEvictRetries`).
+    #[arg(long, default_value_t = 360)]
+    machine_max_evict_retries: i32,
+    /// How long to wait for a pod's volumes to detach from the drained node (on top of its grace period).
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    machine_pv_detach_timeout: Duration,
+    /// How long to wait for a pod's volumes to attach on another node before moving on.
+    #[arg(long, default_value = "90s", value_parser = parse_duration)]
+    machine_pv_reattach_timeout: Duration,
+    /// How often a drain looks again: refused evictions are retried, pods and volumes checked (the reference's
+    /// fixed 20s).
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    machine_evict_retry_interval: Duration,
+    /// The node this controller runs on: its machine is never drained or deleted (spec 004).
+    #[arg(long, env = "NODE_NAME")]
+    controller_node: Option<String>,
+    /// First delay of the per-machine exponential back-off after a provider error marked for retry.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    machine_retry_backoff_base: Duration,
+    /// The back-off never waits longer than this.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    machine_retry_backoff_cap: Duration,
+    /// Port of `/metrics` and `/healthz`; 0 picks a free port (printed at start).
+    #[arg(long, default_value_t = 10259)]
+    port: u16,
+    /// Address of `/metrics` and `/healthz` (all interfaces by default, as the reference, so Prometheus can scrape
+    /// a pod).
+    #[arg(long, default_value = "0.0.0.0")]
+    address: IpAddr,
     /// Heartbeat interval of the sim provider's simulated kubelets.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     sim_heartbeat_interval: Duration,
@@ -158,7 +191,7 @@ fn main() -> anyhow::Result<()> {
         Command::Run(args) => {
             init_logging(&cli.log_format);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-            runtime.block_on(run_controllers(args))?;
+            runtime.block_on(run_controllers(*args))?;
         }
         Command::Apiserver(args) => {
             init_logging(&cli.log_format);
@@ -219,9 +252,17 @@ async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
         machine_creation_timeout: args.machine_creation_timeout,
         machine_health_timeout: args.machine_health_timeout,
         node_conditions: mcm_core::timeouts::parse_node_conditions(&args.node_conditions),
+        machine_drain_timeout: args.machine_drain_timeout,
+        max_evict_retries: args.machine_max_evict_retries,
+        machine_pv_detach_timeout: args.machine_pv_detach_timeout,
+        machine_pv_reattach_timeout: args.machine_pv_reattach_timeout,
+        evict_retry_interval: args.machine_evict_retry_interval,
+        controller_node: args.controller_node.clone().filter(|n| !n.is_empty()),
         ..mcm_core::ControllerSettings::default()
     };
     settings.retry.await_change_resync = args.machine_safety_resync;
+    settings.retry.backoff_base = args.machine_retry_backoff_base;
+    settings.retry.backoff_cap = args.machine_retry_backoff_cap;
     settings.remediation.max_concurrent_replacements = args.max_concurrent_replacements;
     settings.remediation.max_unhealthy_share = args.max_unhealthy_share;
     let driver = mcm_provider_sim::SimDriver::new(mcm_provider_sim::SimConfig::default());
@@ -232,27 +273,53 @@ async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
         };
         mcm_provider_sim::Kubelet::start(&driver, target.clone(), config)
     });
+    let metrics = Arc::new(mcm_controllers::metrics::Metrics::new());
+    let driver = Arc::new(mcm_controllers::metrics::MeteredDriver::new(
+        Arc::new(driver),
+        &args.provider,
+        metrics.clone(),
+    ));
     let config = mcm_controllers::machine::Config {
         namespace: args.namespace.clone(),
         settings,
         concurrency: args.concurrent_syncs,
     };
-    tracing::info!(namespace = %args.namespace, provider = %args.provider, "machine controller starting");
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let controller = tokio::spawn(mcm_controllers::machine::run(
-        control,
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let stopped_when = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let (address, server) = mcm_controllers::metrics::serve(
+        std::net::SocketAddr::new(args.address, args.port),
+        metrics.clone(),
+        stopped_when(stopped.clone()),
+    )
+    .await
+    .with_context(|| format!("serving metrics on {}:{}", args.address, args.port))?;
+    println!("mcm run: metrics and health on http://{address} (/metrics, /healthz)");
+    tracing::info!(namespace = %args.namespace, provider = %args.provider, %address, "machine controller starting");
+    let controller = tokio::spawn(mcm_controllers::machine::run_with_metrics(
+        control.clone(),
         target,
-        std::sync::Arc::new(driver),
+        driver,
         config,
-        async move {
-            let _ = stopped.await;
-        },
+        Some(metrics),
+        stopped_when(stopped.clone()),
+    ));
+    let references = tokio::spawn(mcm_controllers::references::run(
+        control,
+        args.namespace.clone(),
+        args.machine_safety_resync,
+        stopped_when(stopped),
     ));
     wait_for_signal().await?;
-    let _ = stop.send(());
+    let _ = stop.send(true);
     controller
         .await
         .context("the machine controller stopped unexpectedly")?;
+    references
+        .await
+        .context("the class and secret finalizer controller stopped unexpectedly")?;
+    let _ = server.await;
     if let Some(kubelet) = kubelet {
         kubelet.stop().await;
     }

@@ -33,7 +33,10 @@ use mcm_driver::{
 };
 use serde_json::json;
 
-use crate::events::{EventType, Recorder};
+use crate::{
+    events::{EventType, Recorder},
+    migration::Outcome,
+};
 
 /// How the machine controller runs.
 #[derive(Clone, Debug)]
@@ -65,11 +68,23 @@ pub struct Context {
     secrets: Store<Secret>,
     nodes: Option<Store<Node>>,
     failures: std::sync::Mutex<BTreeMap<String, u32>>,
+    /// Per machine, after a failed provider call: when the provider may be called again (the back-off of a code
+    /// marked Y is over, or the machine, its class or its secret changed after a code marked N). Reconciles come
+    /// for many reasons, the controller's own status write among them: without the gate each one called again.
+    retry_gates: std::sync::Mutex<BTreeMap<String, mcm_core::retry_policy::RetryGate>>,
+    /// The remediation guard's lock (count → decide → write, one machine at a time), holding the machines this
+    /// controller marked Failed that the cache does not show yet: name → (the resourceVersion the write replaced,
+    /// the machine as written). Without both, two machines of a group timing out together were both Failed.
+    remediation: tokio::sync::Mutex<BTreeMap<String, (String, Machine)>>,
     /// For each object we wrote: the resourceVersion our write replaced. While a cache still shows that version,
     /// it has not seen our write yet, and deciding again would repeat it (equality only: resourceVersions are
     /// opaque).
     replaced: std::sync::Mutex<BTreeMap<String, std::collections::BTreeSet<String>>>,
     recorder: Recorder,
+    /// Per machine: what the deletion flow remembers between passes.
+    deletions: crate::deletion::DeletionMemory,
+    /// Per machine: when the class migration may be tried again after a failure.
+    migration_gates: std::sync::Mutex<BTreeMap<String, mcm_core::retry_policy::RetryGate>>,
 }
 
 impl Context {
@@ -124,11 +139,36 @@ impl Context {
         if let Ok(mut m) = self.failures.lock() {
             m.remove(machine);
         }
+        if let Ok(mut gates) = self.retry_gates.lock() {
+            gates.remove(machine);
+        }
+    }
+
+    /// How long the provider may not be called yet for `machine` after a failed call; `None` when it may.
+    fn retry_wait(&self, machine: &str, now: jiff::Timestamp, fingerprint: &str) -> Option<Duration> {
+        let gates = self.retry_gates.lock().ok()?;
+        let gate = gates.get(machine).filter(|g| !g.is_open(now, fingerprint))?;
+        Duration::try_from(gate.not_before.duration_since(now)).ok()
+    }
+
+    /// What identifies the inputs of a machine's provider calls: its generation, its class's and secrets'
+    /// resourceVersions.
+    fn fingerprint(&self, machine: &Machine, class: &MachineClass) -> String {
+        let secrets: Vec<Arc<Secret>> = [&class.secret_ref, &class.credentials_secret_ref]
+            .into_iter()
+            .flatten()
+            .filter_map(|r| {
+                let namespace = r.namespace.as_deref().unwrap_or(&self.config.namespace);
+                self.secrets
+                    .get(&ObjectRef::new(r.name.as_deref()?).within(namespace))
+            })
+            .collect();
+        let secrets: Vec<&Secret> = secrets.iter().map(|s| &**s).collect();
+        mcm_core::retry_policy::fingerprint(machine, Some(class), &secrets)
     }
 }
 
 /// Runs the machine controller until `shutdown` resolves.
-#[allow(clippy::too_many_lines)] // the wiring of the watches reads best in one place
 pub async fn run(
     control: Client,
     target: Option<Client>,
@@ -136,10 +176,26 @@ pub async fn run(
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    run_with_metrics(control, target, driver, config, None, shutdown).await;
+}
+
+/// Runs the machine controller until `shutdown` resolves, its machine cache feeding `metrics` at scrape time.
+#[allow(clippy::too_many_lines)] // the wiring of the watches reads best in one place
+pub async fn run_with_metrics(
+    control: Client,
+    target: Option<Client>,
+    driver: Arc<dyn Driver>,
+    config: Config,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
     let namespace = config.namespace.clone();
     let machines_api: Api<Machine> = Api::namespaced(control.clone(), &namespace);
     let controller = Controller::new(machines_api, watcher::Config::default());
     let machines = controller.store();
+    if let Some(metrics) = &metrics {
+        metrics.attach_machines(machines.clone());
+    }
 
     let (classes, class_writer) = reflector::store::<MachineClass>();
     let class_stream = watcher(
@@ -229,7 +285,11 @@ pub async fn run(
         secrets,
         nodes,
         failures: std::sync::Mutex::default(),
+        retry_gates: std::sync::Mutex::default(),
+        remediation: tokio::sync::Mutex::default(),
         replaced: std::sync::Mutex::default(),
+        migration_gates: std::sync::Mutex::default(),
+        deletions: crate::deletion::DeletionMemory::default(),
         config: config.clone(),
     });
     controller
@@ -314,13 +374,25 @@ async fn write_status(ctx: &Context, machine: &Machine, update: &StatusUpdate) -
     Ok(())
 }
 
+/// Whether the class, secret and node caches have synced (without waiting: see `reconcile`). Nothing may await
+/// `wait_until_ready` on these stores: each poll of it replaces the waker of the poll before.
+fn caches_ready(ctx: &Context) -> bool {
+    use futures::FutureExt;
+    ctx.classes.wait_until_ready().now_or_never().is_some()
+        && ctx.secrets.wait_until_ready().now_or_never().is_some()
+        && ctx
+            .nodes
+            .as_ref()
+            .is_none_or(|nodes| nodes.wait_until_ready().now_or_never().is_some())
+}
+
 async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = machine.name_any();
-    // Decide only on synced caches: a class or secret not seen yet is not missing.
-    let _ = ctx.classes.wait_until_ready().await;
-    let _ = ctx.secrets.wait_until_ready().await;
-    if let Some(nodes) = &ctx.nodes {
-        let _ = nodes.wait_until_ready().await;
+    // Decide only on synced caches: a class or secret not seen yet is not missing. Look, never wait: kube's
+    // `Store::wait_until_ready` wakes only the last of several concurrent waiters (one oneshot receiver, one
+    // waker), so reconciles started together before the caches synced (a restarted controller) hung for ever.
+    if !caches_ready(&ctx) {
+        return Ok(Action::requeue(Duration::from_millis(100)));
     }
     if ctx.stale(&format!("machine/{name}"), machine.resource_version().as_deref()) {
         // Our own write is on its way through the watch; its event reconciles again.
@@ -344,6 +416,9 @@ async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, E
             )
             .await?;
         return Ok(Action::await_change());
+    }
+    if mcm_core::migration::needs_migration(&machine.spec.class) {
+        return migrate_class(&machine, &ctx).await;
     }
     let problems = validation::validate_machine(&machine);
     let class = ctx
@@ -400,11 +475,24 @@ const CLASS_ARRIVAL_GRACE: Duration = Duration::from_secs(5);
 
 async fn report_invalid(machine: &Machine, ctx: &Context, problems: &str) -> Result<Action, Error> {
     let description = format!("Invalid machine or class: {problems}");
+    report_error(machine, ctx, &description, "InvalidSpec").await?;
+    // Nothing is created or destroyed: wait for the machine, its class or its secret to change.
+    Ok(Action::requeue(ctx.config.settings.retry.await_change_resync))
+}
+
+/// Writes a failed Create lastOperation with `description` and records it as a Warning Event with `reason`, unless
+/// the machine already says so (no repeated writes for the same error).
+async fn report_error(
+    machine: &Machine,
+    ctx: &Context,
+    description: &str,
+    reason: &str,
+) -> Result<(), Error> {
     let current = machine
         .status
         .as_ref()
         .map(|s| s.last_operation.description.as_str());
-    if current != Some(description.as_str()) {
+    if current != Some(description) {
         let patch = json!({ "status": { "lastOperation": {
             "description": description,
             "state": "Failed",
@@ -415,11 +503,71 @@ async fn report_invalid(machine: &Machine, ctx: &Context, problems: &str) -> Res
             .patch_status(&machine.name_any(), &PatchParams::default(), &Patch::Merge(patch))
             .await?;
         ctx.recorder
-            .record(machine, EventType::Warning, "InvalidSpec", &description)
+            .record(machine, EventType::Warning, reason, description)
             .await;
     }
-    // Nothing is created or destroyed: wait for the machine, its class or its secret to change.
-    Ok(Action::requeue(ctx.config.settings.retry.await_change_resync))
+    Ok(())
+}
+
+/// The class migration flow for a machine naming a class of another kind (spec 000), see [`crate::migration`].
+async fn migrate_class(machine: &Machine, ctx: &Context) -> Result<Action, Error> {
+    let name = machine.name_any();
+    let machines = ctx.machines.state();
+    let migration = crate::migration::Migration {
+        client: &ctx.control,
+        namespace: &ctx.config.namespace,
+        driver: &*ctx.driver,
+        machines: &machines,
+        retry: &ctx.config.settings.retry,
+    };
+    let gate = ctx
+        .migration_gates
+        .lock()
+        .ok()
+        .and_then(|gates| gates.get(&name).cloned());
+    let now = jiff::Timestamp::now();
+    match migration
+        .run(
+            machine,
+            ctx.failures(&name) + 1,
+            rand::random(),
+            gate.as_ref(),
+            now,
+        )
+        .await?
+    {
+        Outcome::Waiting => Ok(Action::requeue(gate.map_or(Duration::ZERO, |g| {
+            g.not_before.duration_since(now).unsigned_abs()
+        }))),
+        Outcome::Migrated { moved } => {
+            ctx.clear_failures(&name);
+            if let Ok(mut gates) = ctx.migration_gates.lock() {
+                gates.remove(&name);
+            }
+            let old = &machine.spec.class;
+            let message = format!(
+                "Migrated {} {} to MachineClass {}; {moved} references moved",
+                old.kind, old.name, old.name
+            );
+            tracing::info!(machine = %name, kind = %old.kind, class = %old.name, moved, "class migrated");
+            ctx.recorder
+                .record(machine, EventType::Normal, "MigratedClass", &message)
+                .await;
+            Ok(Action::await_change())
+        }
+        Outcome::OldClassMissing(_) if waiting_for_references(machine) => {
+            Ok(Action::requeue(CLASS_ARRIVAL_GRACE))
+        }
+        Outcome::OldClassMissing(problem) => report_invalid(machine, ctx, &problem).await,
+        Outcome::Failed(failure) => {
+            ctx.note_failure(&name);
+            if let Ok(mut gates) = ctx.migration_gates.lock() {
+                gates.insert(name.clone(), failure.gate.clone());
+            }
+            report_error(machine, ctx, &failure.description.to_string(), "MigrationFailed").await?;
+            Ok(Action::requeue(failure.requeue_after))
+        }
+    }
 }
 
 fn request_parts(
@@ -510,15 +658,23 @@ async fn create(
         let (m, c, s) = request_parts(&machine, class, secret);
         last = match step {
             CreationStep::Skip => return Ok(Action::await_change()),
-            CreationStep::CallGetMachineStatus => Some(CallOutcome::GetMachineStatus(
-                ctx.driver
-                    .get_machine_status(&GetMachineStatusRequest {
-                        machine: m,
-                        machine_class: c,
-                        secret: s,
-                    })
-                    .await,
-            )),
+            CreationStep::CallGetMachineStatus => {
+                if let Some(wait) = ctx.retry_wait(&name, now, &ctx.fingerprint(&machine, class)) {
+                    // A failed call backs off or waits for a change; the CrashLoopBackOff deadline still fires.
+                    let deadline = creation::crash_loop_deadline(&machine, &ctx.config.settings);
+                    let until_deadline = Duration::try_from(deadline.duration_since(now)).unwrap_or_default();
+                    return Ok(Action::requeue(wait.min(until_deadline)));
+                }
+                Some(CallOutcome::GetMachineStatus(
+                    ctx.driver
+                        .get_machine_status(&GetMachineStatusRequest {
+                            machine: m,
+                            machine_class: c,
+                            secret: s,
+                        })
+                        .await,
+                ))
+            }
             CreationStep::CallCreateMachine => {
                 let result = match boot_secret(&machine, secret, ctx).await {
                     Ok(boot) => {
@@ -567,12 +723,17 @@ async fn create(
             }
             CreationStep::RecordError {
                 status,
+                retry,
                 requeue_after,
                 method,
                 code,
-                ..
             } => {
                 ctx.note_failure(&name);
+                let gate =
+                    mcm_core::retry_policy::RetryGate::new(retry, now, ctx.fingerprint(&machine, class));
+                if let Ok(mut gates) = ctx.retry_gates.lock() {
+                    gates.insert(name.clone(), gate);
+                }
                 write_status(ctx, &machine, &status).await?;
                 let message = status
                     .last_operation
@@ -670,12 +831,24 @@ async fn check_health(
         now,
     });
     let mut status = plan.status.clone();
+    // Held until the Failed phase is written (docs/machine-controller-decisions.md: serialize remediation).
+    let mut remediation_guard = None;
     if let Some(failure) = &plan.failure_candidate {
+        let mut written = ctx.remediation.lock().await;
         let all = ctx.machines.state();
+        // Forget the writes the cache shows by now (it holds another version of the machine, or none).
+        written.retain(|name, (replaced, _)| {
+            all.iter()
+                .any(|m| m.name_any() == *name && m.resource_version().as_deref() == Some(replaced.as_str()))
+        });
         let key = remediation::group_key(machine);
         let group: Vec<&Machine> = all
             .iter()
-            .map(|m| &**m)
+            .map(|m| {
+                written
+                    .get(&m.name_any())
+                    .map_or(&**m, |(_, as_written)| as_written)
+            })
             .filter(|m| remediation::group_key(m) == key)
             .collect();
         let name = machine.name_any();
@@ -688,10 +861,17 @@ async fn check_health(
         );
         if decision.allowed.iter().any(|n| n == &name) {
             status = Some(failure.clone());
+            remediation_guard = Some(written);
         }
     }
     if let Some(status) = &status {
         write_status(ctx, machine, status).await?;
+        if let (Some(written), Some(replaced)) = (&mut remediation_guard, machine.resource_version()) {
+            let mut failed = machine.clone();
+            failed.status.get_or_insert_default().current_status.phase = Some(mcm_api::MachinePhase::Failed);
+            written.insert(machine.name_any(), (replaced, failed));
+        }
+        drop(remediation_guard.take());
         if let Some(phase) = status.phase().filter(|p| Some(*p) != machine.phase()) {
             let kind = if phase == mcm_api::MachinePhase::Failed {
                 EventType::Warning
@@ -757,77 +937,46 @@ async fn sync_node(machine: &Machine, class: &MachineClass, node: &Node, ctx: &C
     Ok(())
 }
 
-/// A minimal deletion until the deletion flow with hooks and drain (issue 6): delete the VM (NotFound counts as
-/// done), the node (removing its finalizer), then the machine's finalizer.
+/// The deletion flow (phase Terminating, hooks, drain, VolumeAttachments, VM, node, finalizer), see
+/// [`crate::deletion`].
 async fn delete(machine: &Machine, ctx: &Context) -> Result<Action, Error> {
     let name = machine.name_any();
-    if !machine
-        .finalizers()
-        .iter()
-        .any(|f| f == keys::finalizers::MACHINE_CONTROLLER_MANAGER)
-    {
-        return Ok(Action::await_change());
-    }
-    if let Some(class) = ctx
+    let class = ctx
         .classes
-        .get(&ObjectRef::new(&machine.spec.class.name).within(&ctx.config.namespace))
-    {
-        let (secret, _) = merged_secret(ctx, &class);
-        let (m, c, s) = request_parts(machine, &class, &secret);
-        match ctx
-            .driver
-            .delete_machine(&DeleteMachineRequest {
-                machine: m,
-                machine_class: c,
-                secret: s,
-            })
-            .await
-        {
-            Ok(_) => {}
-            Err(err) if err.code == MachineCode::NotFound => {}
-            Err(err) => {
-                let redactor = Redactor::from_secret_data(secret.data.as_ref().unwrap_or(&BTreeMap::new()));
-                let message = redactor.redact(&err.message);
-                ctx.recorder
-                    .record(machine, EventType::Warning, "DeleteFailed", &message)
-                    .await;
-                return Ok(Action::requeue(Duration::from_secs(5)));
-            }
-        }
+        .get(&ObjectRef::new(&machine.spec.class.name).within(&ctx.config.namespace));
+    let secret = class
+        .as_ref()
+        .map(|class| merged_secret(ctx, class).0)
+        .unwrap_or_default();
+    let node = machine
+        .labels()
+        .get(keys::labels::NODE)
+        .and_then(|node| ctx.node(node))
+        .or_else(|| {
+            ctx.nodes
+                .as_ref()?
+                .state()
+                .into_iter()
+                .find(|node| node.labels().get(keys::labels::NODE_MACHINE_NAME) == Some(&name))
+        });
+    let key = format!("machine/{name}");
+    let wrote = |before: Option<String>, after: Option<&str>| ctx.wrote(&key, before, after);
+    let requeue = crate::deletion::Deletion {
+        machines: ctx.machine_api(),
+        target: ctx.target.as_ref(),
+        driver: &*ctx.driver,
+        class: class.as_deref(),
+        secret: &secret,
+        node: node.as_deref(),
+        settings: &ctx.config.settings,
+        recorder: &ctx.recorder,
+        memory: &ctx.deletions,
+        wrote: &wrote,
     }
-    if let (Some(target), Some(node)) = (&ctx.target, machine.labels().get(keys::labels::NODE)) {
-        let api: Api<Node> = Api::all(target.clone());
-        if let Some(current) = ctx.node(node) {
-            let list: Vec<&String> = current
-                .finalizers()
-                .iter()
-                .filter(|f| *f != keys::finalizers::NODE)
-                .collect();
-            if list.len() != current.finalizers().len() {
-                let _ = api
-                    .patch(
-                        node,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({ "metadata": { "finalizers": list } })),
-                    )
-                    .await;
-            }
-            match api.delete(node, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(err) => return Err(err.into()),
-            }
-        }
+    .run(machine)
+    .await?;
+    if requeue.is_none() {
+        ctx.clear_failures(&name);
     }
-    let list: Vec<&String> = machine
-        .finalizers()
-        .iter()
-        .filter(|f| *f != keys::finalizers::MACHINE_CONTROLLER_MANAGER)
-        .collect();
-    let patch = json!({ "metadata": { "finalizers": list, "resourceVersion": machine.resource_version() } });
-    ctx.machine_api()
-        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-        .await?;
-    ctx.clear_failures(&name);
-    Ok(Action::await_change())
+    Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }

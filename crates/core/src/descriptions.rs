@@ -26,6 +26,8 @@ const CODES_ERROR_MIDDLE: &str = "] message = [";
 const UNKNOWN_TRANSITION: &str = " is unhealthy - changing MachineState to Unknown";
 const NODE_MISSING_PREFIX: &str = "Node object went missing. Machine ";
 const NODE_CONDITIONS: &str = ". Node conditions: ";
+const MIGRATION_PREFIX: &str = "Migration of ";
+const MIGRATION_MIDDLE: &str = " to MachineClass failed: ";
 
 /// A lastOperation description of the creation flow or the health check, typed.
 ///
@@ -105,6 +107,19 @@ pub enum Description {
         /// The effective creation timeout.
         timeout: Duration,
     },
+    /// New: `Migration of <kind> <class> to MachineClass failed: machine codes error: code = [..] message = [..]`.
+    /// The machine refers to a class of another kind and the provider could not convert it (spec 000
+    /// `GenerateMachineClassForMigration`).
+    MigrationFailed {
+        /// The kind of the old class (e.g. `AWSMachineClass`).
+        kind: String,
+        /// The name of the old class.
+        class: String,
+        /// The machine code.
+        code: MachineCode,
+        /// The provider's message.
+        message: String,
+    },
     /// `Machine <machine> is not healthy since <timeout>. Changing status to failed. Node conditions: <summary>`
     /// (reference, without its stray ` minutes`): Unknown → Failed at the health timeout.
     HealthTimedOut {
@@ -158,6 +173,16 @@ impl fmt::Display for Description {
                 codes_error(*code, message)
             ),
             Self::VmUsingOldNode => f.write_str("VM using old node obj"),
+            Self::MigrationFailed {
+                kind,
+                class,
+                code,
+                message,
+            } => write!(
+                f,
+                "{MIGRATION_PREFIX}{kind} {class}{MIGRATION_MIDDLE}{}",
+                codes_error(*code, message)
+            ),
             Self::VmVanished { machine, provider_id } => write!(
                 f,
                 "The VM of machine {machine} (providerID {provider_id}) was not found at the provider; a machine \
@@ -225,6 +250,17 @@ impl Description {
             let rest = rest.strip_suffix(INSTANCE_INITIALIZATION)?.strip_suffix(". ")?;
             let (code, message) = parse_codes_error(rest)?;
             return Some(Self::InitializationFailed { code, message });
+        }
+        if let Some(rest) = text.strip_prefix(MIGRATION_PREFIX) {
+            let (class, rest) = rest.split_once(MIGRATION_MIDDLE)?;
+            let (kind, class) = class.split_once(' ')?;
+            let (code, message) = parse_codes_error(rest)?;
+            return Some(Self::MigrationFailed {
+                kind: name(kind)?,
+                class: name(class)?,
+                code,
+                message,
+            });
         }
         if let Some(rest) = text.strip_prefix("The VM of machine ") {
             let (machine, rest) = rest.split_once(" (providerID ")?;
@@ -415,6 +451,12 @@ mod tests {
                 message: "NIC not ready".into(),
             },
             Description::VmUsingOldNode,
+            Description::MigrationFailed {
+                kind: "AWSMachineClass".into(),
+                class: "c-1".into(),
+                code: MachineCode::Unimplemented,
+                message: "not supported".into(),
+            },
             Description::VmVanished {
                 machine: "m-1".into(),
                 provider_id: "aws:///eu-1a/i-1".into(),
@@ -586,6 +628,9 @@ mod tests {
                 Description::ProviderError { code, message: message.clone() },
                 Description::InitializationFailed { code, message: message.clone() },
                 Description::VmVanished { machine: machine.clone(), provider_id },
+                Description::MigrationFailed {
+                    kind: "OldMachineClass".into(), class: machine.clone(), code, message: message.clone(),
+                },
                 Description::CreationTimedOut { machine: machine.clone(), timeout, last_error: message.clone() },
                 Description::Joined { machine: machine.clone(), after: Some(timeout) },
                 Description::Rejoined { machine: machine.clone() },

@@ -8,18 +8,24 @@
 //! - [`retry_policy`]: what to do after a provider call failed, by method and machine code;
 //! - [`timeouts`]: the controller settings (flag defaults) and the effective per-machine values;
 //! - [`creation`]: the next step of the creation flow, CrashLoopBackOff and its deadline, the stale-node guard;
+//! - [`deletion`]: the deletion flow as persisted steps, lifecycle hooks, the controller's own machine;
+//! - [`drain`]: force rules, eviction retries, pod selection and order, PodDisruptionBudgets, volume waits;
 //! - [`health`]: health of a node and the phase transitions it drives;
 //! - [`remediation`]: how many unhealthy machines of a group may be replaced at once;
 //! - [`nodesync`]: the node template (labels, annotations, taints, virtual capacity) as minimal node patches;
 //! - [`userdata`]: userData placeholders and the bootstrap token;
 //! - [`descriptions`]: every lastOperation description, written and parsed in one place;
 //! - [`finalizers`]: when MachineClasses and Secrets get or lose their finalizers;
+//! - [`migration`]: moving machines from a class of another kind to a `MachineClass` (spec 000);
 //! - [`status`]: the planned status change shared by the decisions.
 
 pub mod creation;
+pub mod deletion;
 pub mod descriptions;
+pub mod drain;
 pub mod finalizers;
 pub mod health;
+pub mod migration;
 pub mod nodesync;
 mod quantity;
 pub mod remediation;

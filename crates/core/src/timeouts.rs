@@ -36,10 +36,24 @@ pub struct ControllerSettings {
     pub machine_preserve_timeout: Duration,
     /// `--machine-max-evict-retries` (360).
     pub max_evict_retries: i32,
+    /// `--machine-pv-detach-timeout` (2m): how long a drain waits for the volumes of an evicted pod to detach from the
+    /// node (on top of the pod's termination grace period).
+    pub machine_pv_detach_timeout: Duration,
+    /// `--machine-pv-reattach-timeout` (90s): how long a drain waits for those volumes to attach to another node.
+    pub machine_pv_reattach_timeout: Duration,
+    /// Pause between two eviction attempts of a pod refused by a PodDisruptionBudget (20s; the reference's fixed
+    /// `PodEvictionRetryInterval`, settable here).
+    pub evict_retry_interval: Duration,
+    /// A node not Ready, or with a read-only filesystem, for at least this long is force-drained (5m; fixed in the
+    /// reference, settable here).
+    pub force_drain_unhealthy_after: Duration,
     /// `--node-conditions`, split: condition types that make a node unhealthy unless they are False.
     pub node_conditions: Vec<String>,
     /// `--bootstrap-token-auth-extra-groups` ("" = none): the `auth-extra-groups` of bootstrap tokens.
     pub bootstrap_token_auth_extra_groups: String,
+    /// The node this controller runs on, if known (`--controller-node`, default `$NODE_NAME`): its machine is never
+    /// drained or deleted (spec 004).
+    pub controller_node: Option<String>,
     /// Retry policy of failed provider calls.
     pub retry: RetrySettings,
     /// The remediation guard (how many unhealthy machines are replaced at once).
@@ -55,8 +69,13 @@ impl Default for ControllerSettings {
             machine_inplace_update_timeout: Duration::from_mins(20),
             machine_preserve_timeout: Duration::from_hours(96),
             max_evict_retries: 360,
+            machine_pv_detach_timeout: Duration::from_mins(2),
+            machine_pv_reattach_timeout: Duration::from_secs(90),
+            evict_retry_interval: Duration::from_secs(20),
+            force_drain_unhealthy_after: Duration::from_mins(5),
             node_conditions: parse_node_conditions(DEFAULT_NODE_CONDITIONS),
             bootstrap_token_auth_extra_groups: String::new(),
+            controller_node: None,
             retry: RetrySettings::default(),
             remediation: RemediationSettings::default(),
         }
@@ -112,8 +131,17 @@ pub struct EffectiveSettings {
     pub inplace_update_timeout: Duration,
     /// The preservation timeout (`spec.machinePreserveTimeout`, then the flag).
     pub preserve_timeout: Duration,
-    /// Eviction retries of a drain (`spec.maxEvictRetries`, then the flag).
+    /// Eviction retries of a drain (`spec.maxEvictRetries`, then the flag); see `drain::max_evict_retries` for the
+    /// value a drain uses.
     pub max_evict_retries: i32,
+    /// How long a drain waits for an evicted pod's volumes to detach (the flag).
+    pub pv_detach_timeout: Duration,
+    /// How long a drain waits for those volumes to attach elsewhere (the flag).
+    pub pv_reattach_timeout: Duration,
+    /// Pause between eviction attempts of a pod (the setting).
+    pub evict_retry_interval: Duration,
+    /// Unhealthy (not Ready, read-only filesystem) for this long turns a drain into a force drain (the setting).
+    pub force_drain_unhealthy_after: Duration,
     /// Condition types that make the node unhealthy unless False (`spec.nodeConditions`, then the flag).
     pub node_conditions: Vec<String>,
     /// Per-machine values that were ignored, and why.
@@ -213,6 +241,10 @@ pub fn effective_settings(machine: &Machine, settings: &ControllerSettings) -> E
         inplace_update_timeout,
         preserve_timeout,
         max_evict_retries,
+        pv_detach_timeout: settings.machine_pv_detach_timeout,
+        pv_reattach_timeout: settings.machine_pv_reattach_timeout,
+        evict_retry_interval: settings.evict_retry_interval,
+        force_drain_unhealthy_after: settings.force_drain_unhealthy_after,
         node_conditions,
         problems,
     }
@@ -224,7 +256,7 @@ pub fn effective_creation_timeout(machine: &Machine, settings: &ControllerSettin
 }
 
 /// `start + duration`, saturating at the end of time instead of failing.
-pub(crate) fn add(start: Timestamp, duration: Duration) -> Timestamp {
+pub fn add(start: Timestamp, duration: Duration) -> Timestamp {
     start.saturating_add(duration).unwrap_or(Timestamp::MAX)
 }
 
@@ -257,6 +289,10 @@ mod tests {
         assert_eq!(s.machine_inplace_update_timeout, Duration::from_mins(20));
         assert_eq!(s.machine_preserve_timeout, Duration::from_hours(96));
         assert_eq!(s.max_evict_retries, 360);
+        assert_eq!(s.machine_pv_detach_timeout, Duration::from_mins(2));
+        assert_eq!(s.machine_pv_reattach_timeout, Duration::from_secs(90));
+        assert_eq!(s.evict_retry_interval, Duration::from_secs(20));
+        assert_eq!(s.force_drain_unhealthy_after, Duration::from_mins(5));
         assert_eq!(
             s.node_conditions,
             [
@@ -342,6 +378,28 @@ mod tests {
         assert!(effective.health_timeout_disabled);
         assert_eq!(effective.health_timeout, Duration::from_secs(90));
         assert_eq!(effective.max_evict_retries, 3);
+    }
+
+    #[test]
+    fn drain_values_come_from_the_spec_and_the_flags() {
+        // Reference §4: effective drainTimeout and maxEvictRetries are spec.drainTimeout / spec.maxEvictRetries, then
+        // the flags; the volume timeouts and the force-drain period are flags only.
+        let mut m = machine();
+        m.spec.configuration.drain_timeout = Some(GoDuration::new("10m"));
+        m.spec.configuration.max_evict_retries = Some(7);
+        let settings = ControllerSettings {
+            machine_pv_detach_timeout: Duration::from_secs(30),
+            evict_retry_interval: Duration::from_secs(2),
+            ..ControllerSettings::default()
+        };
+        let effective = effective_settings(&m, &settings);
+        assert_eq!(effective.drain_timeout, Duration::from_mins(10));
+        assert_eq!(effective.max_evict_retries, 7);
+        assert_eq!(effective.pv_detach_timeout, Duration::from_secs(30));
+        assert_eq!(effective.pv_reattach_timeout, Duration::from_secs(90));
+        assert_eq!(effective.evict_retry_interval, Duration::from_secs(2));
+        assert_eq!(effective.force_drain_unhealthy_after, Duration::from_mins(5));
+        assert!(effective.problems.is_empty());
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! on its own port, and real `kubectl` against it. Every wait polls with a deadline; the server and any background
 //! kubectl are killed and reaped when their guard drops, also when a test panics.
 
+#![allow(dead_code)] // each test binary uses its own part of the harness
+
 use std::{
     io::Read,
     path::{Path, PathBuf},
@@ -77,7 +79,7 @@ impl Captured {
     }
 }
 
-/// A child process (kubectl) running in the background, killed and reaped on drop.
+/// A child process (kubectl, `mcm run`) running in the background, killed and reaped on drop.
 pub struct Background {
     child: Child,
     captured: Captured,
@@ -86,7 +88,8 @@ pub struct Background {
 }
 
 impl Background {
-    fn spawn(mut command: Command, what: String) -> Self {
+    /// Starts `command` with its output captured.
+    pub fn spawn(mut command: Command, what: String) -> Self {
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

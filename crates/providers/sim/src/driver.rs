@@ -32,6 +32,9 @@ pub const CSI_DRIVER: &str = "sim.csi.machine.sapcloud.io";
 /// The scheme of the provider's IDs: `sim:///<namespace>/<machine-name>`.
 pub const PROVIDER_ID_PREFIX: &str = "sim:///";
 
+/// How many call instants [`crate::Faults::call_times`] keeps per method and machine (the most recent).
+pub const CALL_LOG_LENGTH: usize = 256;
+
 /// Configuration of a [`SimDriver`].
 #[derive(Clone, Debug, PartialEq)]
 pub struct SimConfig {
@@ -153,6 +156,11 @@ pub(crate) struct State {
     rng: StdRng,
     pub(crate) calls: BTreeMap<DriverMethod, u64>,
     pub(crate) calls_by_machine: BTreeMap<(DriverMethod, String), u64>,
+    /// When the last [`CALL_LOG_LENGTH`] calls per method and machine arrived (for back-off tests).
+    pub(crate) call_log: BTreeMap<(DriverMethod, String), std::collections::VecDeque<Instant>>,
+    /// VMs (by id) whose InitializeMachine answered `Uninitialized`: GetMachineStatus answers `Uninitialized` for
+    /// them until an InitializeMachine succeeds (spec 002 section 11).
+    pub(crate) uninitialized: std::collections::BTreeSet<u64>,
     pub(crate) default_latency: Latency,
     pub(crate) method_latency: BTreeMap<DriverMethod, Latency>,
     pub(crate) node_faults: BTreeMap<String, NodeFaults>,
@@ -306,6 +314,8 @@ impl SimDriver {
             rng: StdRng::seed_from_u64(config.seed),
             calls: BTreeMap::new(),
             calls_by_machine: BTreeMap::new(),
+            call_log: BTreeMap::new(),
+            uninitialized: std::collections::BTreeSet::new(),
             default_latency: config.latency,
             method_latency: config.method_latency,
             node_faults: BTreeMap::new(),
@@ -351,6 +361,11 @@ impl SimDriver {
                     .calls_by_machine
                     .entry((method, machine.to_owned()))
                     .or_default() += 1;
+                let log = state.call_log.entry((method, machine.to_owned())).or_default();
+                if log.len() == CALL_LOG_LENGTH {
+                    log.pop_front();
+                }
+                log.push_back(Instant::now());
             }
             let latency = state
                 .method_latency
@@ -465,20 +480,39 @@ impl Driver for SimDriver {
     ) -> Result<InitializeMachineResponse, DriverError> {
         let (machine, class) = (&request.machine, &request.machine_class);
         let name = machine.metadata.name.as_deref();
-        self.call(DriverMethod::InitializeMachine, name, |state| {
-            let result = subject(machine, class, MachineCode::InvalidArgument).and_then(|subject| {
-                cluster_vms(state, &subject)
-                    .first()
-                    .map(|vm| InitializeMachineResponse {
-                        provider_id: vm.provider_id.clone(),
-                        node_name: vm.node_name.clone(),
-                        addresses: vm.addresses(),
-                    })
-                    .ok_or_else(|| not_found(&subject, class))
-            });
-            (result, false)
-        })
-        .await
+        let result = self
+            .call(DriverMethod::InitializeMachine, name, |state| {
+                let result = subject(machine, class, MachineCode::InvalidArgument).and_then(|subject| {
+                    let vm = cluster_vms(state, &subject).first().map(|vm| {
+                        (
+                            vm.id,
+                            InitializeMachineResponse {
+                                provider_id: vm.provider_id.clone(),
+                                node_name: vm.node_name.clone(),
+                                addresses: vm.addresses(),
+                            },
+                        )
+                    });
+                    vm.ok_or_else(|| not_found(&subject, class))
+                });
+                let result = result.map(|(id, response)| {
+                    state.uninitialized.remove(&id);
+                    response
+                });
+                (result, false)
+            })
+            .await;
+        // A VM whose initialization failed stays uninitialized: GetMachineStatus says so until it succeeds.
+        if let Err(err) = &result
+            && err.code == MachineCode::Uninitialized
+        {
+            let mut state = self.shared.lock();
+            if let Ok(subject) = subject(machine, class, MachineCode::InvalidArgument) {
+                let ids: Vec<u64> = cluster_vms(&state, &subject).iter().map(|vm| vm.id).collect();
+                state.uninitialized.extend(ids);
+            }
+        }
+        result
     }
 
     /// Spec 000: "If a VM corresponding to the specified machine-object's name does not exist [...] the Provider
@@ -522,6 +556,16 @@ impl Driver for SimDriver {
                 .as_slice()
                 {
                     [] => Err(not_found(&subject, class)),
+                    // Spec 002 section 11: "If the instance associated with machine exists, but the instance was
+                    // not initialized as expected, the provider implementations of GetMachineStatus should return
+                    // an error: status.Error(codes.Initialization)".
+                    [vm] if state.uninitialized.contains(&vm.id) => Err(DriverError::new(
+                        MachineCode::Uninitialized,
+                        format!(
+                            "VM {} of machine {}/{} exists but is not initialized",
+                            vm.provider_id, subject.namespace, subject.name
+                        ),
+                    )),
                     [vm] => Ok(GetMachineStatusResponse {
                         provider_id: vm.provider_id.clone(),
                         node_name: vm.node_name.clone(),
@@ -594,17 +638,50 @@ impl Driver for SimDriver {
         &self,
         request: &GenerateMachineClassForMigrationRequest,
     ) -> Result<GenerateMachineClassForMigrationResponse, DriverError> {
-        let _ = request;
+        let result = migrate_class(request);
         self.call(DriverMethod::GenerateMachineClassForMigration, None, |_| {
-            (
-                Err(DriverError::unimplemented(
-                    DriverMethod::GenerateMachineClassForMigration,
-                )),
-                false,
-            )
+            (result, false)
         })
         .await
     }
+}
+
+/// The one old class kind the sim migrates: `SimMachineClass`, whose `spec` is the providerSpec plus the secret
+/// references. Other kinds are Unimplemented, as spec 000 asks of a provider that cannot convert them.
+pub const OLD_CLASS_KIND: &str = "SimMachineClass";
+
+fn migrate_class(
+    request: &GenerateMachineClassForMigrationRequest,
+) -> Result<GenerateMachineClassForMigrationResponse, DriverError> {
+    let old = &request.provider_specific_machine_class;
+    if request.class_spec.kind != OLD_CLASS_KIND || old["kind"] != OLD_CLASS_KIND {
+        return Err(DriverError::new(
+            MachineCode::Unimplemented,
+            format!(
+                "the sim provider migrates only {OLD_CLASS_KIND}, not {}",
+                request.class_spec.kind
+            ),
+        ));
+    }
+    let mut spec = old
+        .get("spec")
+        .and_then(serde_json::Value::as_object)
+        .cloned()
+        .ok_or_else(|| DriverError::invalid_argument(format!("{OLD_CLASS_KIND}.spec: Required value")))?;
+    let reference = |value: Option<serde_json::Value>, field: &str| {
+        value
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(|err| DriverError::invalid_argument(format!("{OLD_CLASS_KIND}.spec.{field}: {err}")))
+    };
+    let secret_ref = reference(spec.remove("secretRef"), "secretRef")?;
+    let credentials_secret_ref = reference(spec.remove("credentialsSecretRef"), "credentialsSecretRef")?;
+    let mut machine_class = request.machine_class.clone();
+    "sim".clone_into(&mut machine_class.provider);
+    machine_class.provider_spec = serde_json::Value::Object(spec);
+    machine_class.secret_ref = secret_ref;
+    machine_class.credentials_secret_ref = credentials_secret_ref;
+    Ok(GenerateMachineClassForMigrationResponse { machine_class })
 }
 
 #[cfg(test)]

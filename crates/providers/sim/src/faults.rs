@@ -315,11 +315,23 @@ impl Faults {
             .unwrap_or(0)
     }
 
-    /// Sets every call count back to zero.
+    /// When the calls of `method` for this machine name arrived, oldest first (the most recent
+    /// [`crate::CALL_LOG_LENGTH`]; failed ones included): for tests of back-off.
+    pub fn call_times(&self, method: DriverMethod, machine: &str) -> Vec<tokio::time::Instant> {
+        self.shared
+            .lock()
+            .call_log
+            .get(&(method, machine.to_owned()))
+            .map(|log| log.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Sets every call count back to zero (and forgets the call instants).
     pub fn reset_calls(&self) {
         let mut state = self.shared.lock();
         state.calls.clear();
         state.calls_by_machine.clear();
+        state.call_log.clear();
     }
 
     /// Sets the latency of one method (overriding the default latency).

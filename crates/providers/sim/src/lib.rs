@@ -16,7 +16,7 @@ mod kubelet;
 pub mod provider_spec;
 pub mod sizes;
 
-pub use driver::{CSI_DRIVER, PROVIDER_ID_PREFIX, SimConfig, SimDriver, UserData, Vm};
+pub use driver::{CALL_LOG_LENGTH, CSI_DRIVER, PROVIDER_ID_PREFIX, SimConfig, SimDriver, UserData, Vm};
 pub use faults::{Fault, FaultId, Faults, Latency, Target};
 pub use kubelet::{
     HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, Kubelet, KubeletConfig, KubeletHandle, KubeletStats, MAX_PODS,

@@ -490,6 +490,58 @@ async fn initialize_machine_answers_uninitialized_through_its_fault_hook() {
         .expect("the next attempt succeeds");
 }
 
+#[tokio::test]
+async fn get_machine_status_answers_uninitialized_until_initialize_machine_succeeds() {
+    // Spec 002 section 11: "If the instance associated with machine exists, but the instance was not initialized as
+    // expected, the provider implementations of GetMachineStatus should return an error:
+    // status.Error(codes.Initialization)".
+    let driver = SimDriver::default();
+    driver.create_machine(&create("m1", &class())).await.unwrap();
+    driver
+        .faults()
+        .inject(Fault::new(DriverMethod::InitializeMachine, MachineCode::Uninitialized).times(1));
+    driver
+        .initialize_machine(&initialize("m1", &class()))
+        .await
+        .unwrap_err();
+    let err = driver
+        .get_machine_status(&status("m1", &class()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, MachineCode::Uninitialized);
+    assert_eq!(
+        err.message,
+        "VM sim:///default/m1 of machine default/m1 exists but is not initialized"
+    );
+    driver
+        .initialize_machine(&initialize("m1", &class()))
+        .await
+        .expect("the next attempt succeeds");
+    driver
+        .get_machine_status(&status("m1", &class()))
+        .await
+        .expect("an initialized VM is found");
+}
+
+#[tokio::test]
+async fn call_times_records_when_each_call_of_a_machine_arrived() {
+    let driver = SimDriver::default();
+    let faults = driver.faults();
+    driver
+        .get_machine_status(&status("m1", &class()))
+        .await
+        .unwrap_err();
+    driver.create_machine(&create("m1", &class())).await.unwrap();
+    driver.create_machine(&create("m1", &class())).await.unwrap();
+    let times = faults.call_times(DriverMethod::CreateMachine, "m1");
+    assert_eq!(times.len(), 2);
+    assert!(times[0] <= times[1]);
+    assert_eq!(faults.call_times(DriverMethod::GetMachineStatus, "m1").len(), 1);
+    assert!(faults.call_times(DriverMethod::CreateMachine, "m2").is_empty());
+    faults.reset_calls();
+    assert!(faults.call_times(DriverMethod::CreateMachine, "m1").is_empty());
+}
+
 fn csi(driver: &str, handle: &str) -> PersistentVolumeSpec {
     PersistentVolumeSpec {
         csi: Some(CSIPersistentVolumeSource {
@@ -537,20 +589,68 @@ async fn get_volume_ids_must_be_idempotent() {
 }
 
 #[tokio::test]
-async fn generate_machine_class_for_migration_must_return_unimplemented() {
+async fn migration_of_a_kind_it_does_not_know_must_return_unimplemented() {
     // Spec 000: "A Provider SHOULD implement this driver call, else it MUST return a `UNIMPLEMENTED` status in
     // error."
     let driver = SimDriver::default();
     let err = driver
         .generate_machine_class_for_migration(&GenerateMachineClassForMigrationRequest {
-            provider_specific_machine_class: json!({ "kind": "SimMachineClass" }),
+            provider_specific_machine_class: json!({ "kind": "AWSMachineClass", "spec": {} }),
             machine_class: MachineClass::default(),
-            class_spec: mcm_api::ClassSpec::default(),
+            class_spec: mcm_api::ClassSpec {
+                kind: "AWSMachineClass".into(),
+                name: "old".into(),
+                ..mcm_api::ClassSpec::default()
+            },
         })
         .await
         .unwrap_err();
     assert_eq!(err.code, MachineCode::Unimplemented);
-    assert!(err.message.contains("GenerateMachineClassForMigration"));
+    assert!(err.message.contains("AWSMachineClass"), "{}", err.message);
+}
+
+#[tokio::test]
+async fn a_sim_machine_class_is_migrated_into_the_passed_machine_class() {
+    // Spec 000: "The provider is expected to fill in this `MachineClass` object based on the conversions", and
+    // "This operation MUST be idempotent."
+    let driver = SimDriver::default();
+    let mut skeleton = MachineClass::default();
+    skeleton.metadata.name = Some("old".into());
+    let request = GenerateMachineClassForMigrationRequest {
+        provider_specific_machine_class: json!({
+            "kind": "SimMachineClass",
+            "metadata": { "name": "old" },
+            "spec": { "vmPool": "p", "size": "small", "tags": { "a": "b" }, "secretRef": { "name": "s" } }
+        }),
+        machine_class: skeleton,
+        class_spec: mcm_api::ClassSpec {
+            kind: "SimMachineClass".into(),
+            name: "old".into(),
+            ..mcm_api::ClassSpec::default()
+        },
+    };
+    let first = driver
+        .generate_machine_class_for_migration(&request)
+        .await
+        .unwrap();
+    let class = &first.machine_class;
+    assert_eq!(class.metadata.name.as_deref(), Some("old"));
+    assert_eq!(class.provider, "sim");
+    assert_eq!(
+        class.provider_spec,
+        json!({ "vmPool": "p", "size": "small", "tags": { "a": "b" } })
+    );
+    assert_eq!(
+        class.secret_ref.as_ref().and_then(|r| r.name.as_deref()),
+        Some("s")
+    );
+    assert_eq!(
+        driver
+            .generate_machine_class_for_migration(&request)
+            .await
+            .unwrap(),
+        first
+    );
 }
 
 #[tokio::test]

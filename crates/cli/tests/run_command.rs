@@ -1,0 +1,134 @@
+//! End to end: `mcm run` (the machine controller with the sim provider) against a real `mcm apiserver` process,
+//! driven with `kubectl` and the example manifests; `--port` serves `/metrics` and `/healthz`.
+
+mod support;
+
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpStream},
+    path::PathBuf,
+    process::Command,
+    time::Duration,
+};
+
+use support::{Background, CONDITION_DEADLINE, Server, arg, poll};
+
+fn example(file: &str) -> PathBuf {
+    let path = mcm_testkit::shared_dir().join("examples/local").join(file);
+    assert!(path.is_file(), "no example {}", path.display());
+    path
+}
+
+fn mcm_run(server: &Server, extra: &[&str]) -> Background {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
+    command
+        .args(["run", "--control-kubeconfig"])
+        .arg(server.kubeconfig())
+        .args(["--provider", "sim", "--port", "0", "--address", "127.0.0.1"])
+        .args(["--sim-heartbeat-interval", "1s"])
+        .args(extra);
+    Background::spawn(command, "mcm run".into())
+}
+
+/// A plain HTTP/1.0 GET (no client library needed for two endpoints): status code and body.
+fn get(address: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).expect("connect to mcm run");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("send the request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read the response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status code");
+    (status, body.to_owned())
+}
+
+fn address_of(run: &Background) -> SocketAddr {
+    let stdout = run.wait_for_stdout("the metrics address", |out| {
+        out.contains("metrics and health on http://")
+    });
+    let rest = stdout
+        .split("metrics and health on http://")
+        .nth(1)
+        .expect("the address line");
+    rest.split_whitespace()
+        .next()
+        .and_then(|a| a.parse().ok())
+        .expect("an address")
+}
+
+#[test]
+fn the_example_machine_runs_and_shows_in_metrics_and_its_class_and_secret_are_held() {
+    let server = Server::start("run-example");
+    let run = mcm_run(&server, &[]);
+    let address = address_of(&run);
+    assert_eq!(get(address, "/healthz"), (200, "OK".to_owned()));
+
+    for file in ["00-secret.yaml", "01-machine-class.yaml", "10-machine.yaml"] {
+        server.kubectl_ok(&["apply", "-f", arg(&example(file))]);
+    }
+    server.kubectl_ok(&[
+        "wait",
+        "--for=jsonpath={.status.currentStatus.phase}=Running",
+        "machine/single-machine",
+        "--timeout=60s",
+    ]);
+    let metrics = poll("the machine in /metrics", CONDITION_DEADLINE, || {
+        let (status, body) = get(address, "/metrics");
+        assert_eq!(status, 200, "{body}");
+        body.contains(r#"mcm_machine_current_status_phase{name="single-machine",namespace="default"} 1"#)
+            .then_some(body)
+    });
+    assert!(metrics.contains("mcm_machine_items_total 1"), "{metrics}");
+    assert!(
+        metrics.contains(r#"mcm_cloud_api_driver_request_duration_seconds_count{provider="sim",operation="CreateMachine"} 1"#),
+        "{metrics}"
+    );
+
+    // Reference §3.7: the class in use and the secret it refers to carry finalizers (names from the examples).
+    for (kind, name, finalizer) in [
+        (
+            "machineclass",
+            "local-small",
+            "machine.sapcloud.io/machine-controller-manager",
+        ),
+        ("secret", "local-worker", "machine.sapcloud.io/machine-controller"),
+    ] {
+        poll(
+            &format!("the finalizer of {kind} {name}"),
+            CONDITION_DEADLINE,
+            || {
+                server
+                    .kubectl_ok(&["get", kind, name, "-o", "jsonpath={.metadata.finalizers}"])
+                    .contains(&format!("\"{finalizer}\""))
+                    .then_some(())
+            },
+        );
+    }
+    drop(run);
+}
+
+#[test]
+fn a_bad_flag_value_exits_with_a_message_naming_the_flag() {
+    let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
+        .args([
+            "run",
+            "--control-kubeconfig",
+            "/nonexistent",
+            "--provider",
+            "sim",
+            "--max-unhealthy-share",
+            "2",
+        ])
+        .output()
+        .expect("mcm runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--max-unhealthy-share"), "{stderr}");
+    assert!(stderr.contains("between 0 and 1"), "{stderr}");
+}

@@ -1,0 +1,389 @@
+//! What machines refer to, against the embedded API server over HTTPS with the sim provider: the class migration
+//! flow of spec 000 (`GenerateMachineClassForMigration`) and the MachineClass and Secret finalizers of reference
+//! §3.7.
+
+use std::{future::Future, sync::Arc, time::Duration};
+
+use k8s_openapi::api::core::v1::{Event, Secret};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+};
+use mcm_api::{Machine, MachineClass, MachinePhase, MachineSet, keys};
+use mcm_apiserver::{ApiServer, Config as ServerConfig};
+use mcm_controllers::{machine, references};
+use mcm_driver::DriverMethod;
+use mcm_provider_sim::{Kubelet, KubeletConfig, KubeletHandle, SimConfig, SimDriver};
+use serde_json::json;
+use tokio::sync::watch;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+struct Harness {
+    server: Option<ApiServer>,
+    _dir: tempfile::TempDir,
+    client: Client,
+    driver: SimDriver,
+    kubelet: Option<KubeletHandle>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+impl Harness {
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = ServerConfig::new(dir.path());
+        config.in_memory = true;
+        let server = ApiServer::start(config).await.unwrap();
+        let file = Kubeconfig::read_from(server.kubeconfig()).unwrap();
+        let mut kube_config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+            .await
+            .unwrap();
+        kube_config.default_retry = false;
+        let client = Client::try_from(kube_config).unwrap();
+        let driver = SimDriver::new(SimConfig::default());
+        let kubelet = Kubelet::start(
+            &driver,
+            client.clone(),
+            KubeletConfig {
+                heartbeat_interval: Duration::from_millis(500),
+                ..KubeletConfig::default()
+            },
+        );
+        let (stop, rx) = watch::channel(false);
+        let controller = tokio::spawn(machine::run(
+            client.clone(),
+            Some(client.clone()),
+            Arc::new(driver.clone()),
+            machine::Config {
+                namespace: "default".into(),
+                settings: mcm_core::ControllerSettings::default(),
+                concurrency: 4,
+            },
+            stopped(rx.clone()),
+        ));
+        let finalizers = tokio::spawn(references::run(
+            client.clone(),
+            "default".into(),
+            Duration::from_mins(10),
+            stopped(rx),
+        ));
+        Self {
+            server: Some(server),
+            _dir: dir,
+            client,
+            driver,
+            kubelet: Some(kubelet),
+            stop,
+            tasks: vec![controller, finalizers],
+        }
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks.drain(..) {
+            let _ = tokio::time::timeout(DEADLINE, task).await;
+        }
+        if let Some(kubelet) = self.kubelet.take() {
+            kubelet.stop().await;
+        }
+        if let Some(server) = self.server.take() {
+            server.shutdown().await;
+        }
+    }
+
+    fn api<K>(&self) -> Api<K>
+    where
+        K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    fn old_classes(&self, kind: &str) -> Api<DynamicObject> {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("machine.sapcloud.io", "v1alpha1", kind),
+            &format!("{}es", kind.to_lowercase()),
+        );
+        Api::namespaced_with(self.client.clone(), "default", &resource)
+    }
+
+    async fn create_secret(&self) {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": { "name": "boot" },
+            "stringData": { "userData": "#!/bin/sh\necho <<MACHINE_NAME>>\n" }
+        }))
+        .unwrap();
+        self.api::<Secret>()
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+
+    async fn create_old_class(&self, kind: &str, name: &str) {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "machine.sapcloud.io/v1alpha1",
+            "kind": kind,
+            "metadata": { "name": name, "finalizers": [keys::finalizers::MACHINE_CONTROLLER_MANAGER] },
+            "spec": {
+                "vmPool": "pool-a", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" },
+                "secretRef": { "name": "boot", "namespace": "default" }
+            }
+        }))
+        .unwrap();
+        self.old_classes(kind)
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap();
+    }
+
+    async fn create_machine(&self, name: &str, kind: &str, class: &str) {
+        let machine: Machine = serde_json::from_value(json!({
+            "metadata": { "name": name },
+            "spec": { "class": { "kind": kind, "name": class } }
+        }))
+        .unwrap();
+        self.api::<Machine>()
+            .create(&PostParams::default(), &machine)
+            .await
+            .unwrap();
+    }
+
+    async fn machine(&self, name: &str) -> Option<Machine> {
+        self.api::<Machine>().get_opt(name).await.unwrap()
+    }
+}
+
+/// Polls `probe` every 50ms until it returns `Some`, failing after the deadline.
+async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let end = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if let Some(value) = probe().await {
+            return value;
+        }
+        assert!(tokio::time::Instant::now() < end, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn events_for(client: &Client, name: &str) -> Vec<Event> {
+    Api::<Event>::namespaced(client.clone(), "default")
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.involved_object.name.as_deref() == Some(name))
+        .collect()
+}
+
+/// Spec 000: "The task of creating the new CR of the new kind (MachineClass) with the same name as the previous one
+/// and also annotating the old machineClass CR with a migrated annotation and migrating existing references is done
+/// by the calling library implicitly."
+#[tokio::test]
+async fn a_machine_naming_an_old_class_kind_gets_a_migrated_class_and_runs() {
+    let h = Harness::start().await;
+    h.create_secret().await;
+    h.create_old_class("SimMachineClass", "old").await;
+    let set: MachineSet = serde_json::from_value(json!({
+        "metadata": { "name": "set" },
+        "spec": {
+            "replicas": 0,
+            "selector": { "matchLabels": { "app": "a" } },
+            "template": {
+                "metadata": { "labels": { "app": "a" } },
+                "spec": { "class": { "kind": "SimMachineClass", "name": "old" } }
+            }
+        }
+    }))
+    .unwrap();
+    h.api::<MachineSet>()
+        .create(&PostParams::default(), &set)
+        .await
+        .unwrap();
+    h.create_machine("m1", "SimMachineClass", "old").await;
+
+    let class = eventually("the migrated MachineClass", || async {
+        h.api::<MachineClass>().get_opt("old").await.unwrap()
+    })
+    .await;
+    assert_eq!(class.provider, "sim");
+    assert_eq!(class.provider_spec["vmPool"], "pool-a");
+    assert_eq!(
+        class.secret_ref.as_ref().and_then(|r| r.name.as_deref()),
+        Some("boot")
+    );
+    let running = eventually("m1 Running on the migrated class", || async {
+        h.machine("m1")
+            .await
+            .filter(|m| m.phase() == Some(MachinePhase::Running))
+    })
+    .await;
+    assert_eq!(running.spec.class.kind, "MachineClass");
+    assert_eq!(running.spec.class.name, "old");
+
+    let old = h.old_classes("SimMachineClass").get("old").await.unwrap();
+    assert_eq!(
+        old.annotations()
+            .get(keys::annotations::MIGRATED_MACHINE_CLASS)
+            .map(String::as_str),
+        Some("machine-controller-SimMachineClass")
+    );
+    assert!(
+        !old.finalizers()
+            .iter()
+            .any(|f| f == keys::finalizers::MACHINE_CONTROLLER_MANAGER),
+        "the old class is released: {:?}",
+        old.finalizers()
+    );
+    let set = h.api::<MachineSet>().get("set").await.unwrap();
+    assert_eq!(set.spec.template.spec.class.kind, "MachineClass");
+    assert!(
+        events_for(&h.client, "m1")
+            .await
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("MigratedClass")),
+        "a MigratedClass event"
+    );
+    assert_eq!(h.driver.faults().calls(DriverMethod::CreateMachine), 1);
+    h.stop().await;
+}
+
+/// Spec 000: "A Provider SHOULD implement this driver call, else it MUST return a UNIMPLEMENTED status in error";
+/// the table marks Unimplemented "Auto Retry Required: N". The machine carries a clear error, nothing is created.
+#[tokio::test]
+async fn an_old_class_the_provider_cannot_convert_leaves_a_clear_error_and_creates_nothing() {
+    let h = Harness::start().await;
+    h.create_secret().await;
+    h.create_old_class("AWSMachineClass", "aws").await;
+    h.create_machine("m1", "AWSMachineClass", "aws").await;
+
+    let machine = eventually("the migration error on m1", || async {
+        h.machine("m1").await.filter(|m| {
+            m.status
+                .as_ref()
+                .is_some_and(|s| !s.last_operation.description.is_empty())
+        })
+    })
+    .await;
+    let operation = &machine.status.unwrap().last_operation;
+    assert!(
+        operation
+            .description
+            .starts_with("Migration of AWSMachineClass aws to MachineClass failed: machine codes error: code = [Unimplemented]"),
+        "{}",
+        operation.description
+    );
+    assert_eq!(operation.state.map(mcm_api::MachineState::as_str), Some("Failed"));
+    eventually("a MigrationFailed event", || async {
+        events_for(&h.client, "m1")
+            .await
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("MigrationFailed"))
+            .then_some(())
+    })
+    .await;
+    assert!(h.api::<MachineClass>().get_opt("aws").await.unwrap().is_none());
+    assert_eq!(h.driver.faults().calls(DriverMethod::CreateMachine), 0);
+    assert_eq!(
+        h.driver
+            .faults()
+            .calls(DriverMethod::GenerateMachineClassForMigration),
+        1,
+        "an N code is not retried until something changes"
+    );
+    let old = h.old_classes("AWSMachineClass").get("aws").await.unwrap();
+    assert!(
+        old.annotations()
+            .get(keys::annotations::MIGRATED_MACHINE_CLASS)
+            .is_none()
+    );
+    h.stop().await;
+}
+
+/// Reference §3.7: a class keeps its finalizer while a machine uses it, a secret while a class refers to it; both
+/// go once nothing uses them, so deleting them in any order never strands a machine.
+#[tokio::test]
+async fn a_class_and_its_secret_are_held_while_used_and_released_after() {
+    let h = Harness::start().await;
+    h.create_secret().await;
+    let class: MachineClass = serde_json::from_value(json!({
+        "metadata": { "name": "small" },
+        "provider": "sim",
+        "providerSpec": { "vmPool": "pool-a", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" } },
+        "secretRef": { "name": "boot", "namespace": "default" }
+    }))
+    .unwrap();
+    h.api::<MachineClass>()
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+    h.create_machine("m1", "MachineClass", "small").await;
+    eventually("the class finalizer", || async {
+        let class = h.api::<MachineClass>().get("small").await.unwrap();
+        class
+            .finalizers()
+            .iter()
+            .any(|f| f == keys::finalizers::MACHINE_CONTROLLER_MANAGER)
+            .then_some(())
+    })
+    .await;
+    eventually("the secret finalizer", || async {
+        let secret = h.api::<Secret>().get("boot").await.unwrap();
+        secret
+            .finalizers()
+            .iter()
+            .any(|f| f == keys::finalizers::SECRET)
+            .then_some(())
+    })
+    .await;
+
+    // Deleting the class while m1 uses it only marks it.
+    h.api::<MachineClass>()
+        .delete("small", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("m1 Running", || async {
+        h.machine("m1")
+            .await
+            .filter(|m| m.phase() == Some(MachinePhase::Running))
+    })
+    .await;
+    let held = h.api::<MachineClass>().get_opt("small").await.unwrap();
+    assert!(
+        held.is_some_and(|c| c.metadata.deletion_timestamp.is_some()),
+        "the class in use stays until its machine is gone"
+    );
+
+    h.api::<Machine>()
+        .delete("m1", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("m1 gone", || async {
+        h.machine("m1").await.is_none().then_some(())
+    })
+    .await;
+    eventually("the class gone", || async {
+        h.api::<MachineClass>()
+            .get_opt("small")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    eventually("the secret released", || async {
+        let secret = h.api::<Secret>().get("boot").await.unwrap();
+        (!secret.finalizers().iter().any(|f| f == keys::finalizers::SECRET)).then_some(())
+    })
+    .await;
+    h.stop().await;
+}

@@ -1,0 +1,450 @@
+//! The harness of the machine lifecycle tests: one embedded API server (in memory, its own temporary directory and
+//! free port) per test, the sim provider with its kubelet, and the machine controller, which a test can stop, kill
+//! and start again against the same server and provider. Watchers record every version of the objects a test
+//! looks at ([`History`]), and every wait is a poll with a deadline.
+
+use std::{
+    collections::BTreeMap,
+    fmt::Debug,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Event, Node, Secret};
+use k8s_openapi::serde::de::DeserializeOwned;
+use kube::{
+    Api, Client, Resource,
+    api::{ListParams, Patch, PatchParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+    runtime::{WatchStreamExt, watcher},
+};
+use mcm_api::{Machine, MachineClass, MachinePhase, keys};
+use mcm_apiserver::{ApiServer, Config as ServerConfig};
+use mcm_controllers::machine::{self, Config};
+use mcm_core::ControllerSettings;
+use mcm_provider_sim::{Faults, Kubelet, KubeletConfig, KubeletHandle, SimConfig, SimDriver};
+use serde_json::{Value, json};
+use tokio::{sync::oneshot, task::JoinHandle};
+
+/// The longest any single wait of a test may take.
+pub const DEADLINE: Duration = Duration::from_secs(45);
+
+/// The namespace of everything.
+pub const NAMESPACE: &str = "default";
+
+/// The class every machine is made from.
+pub const CLASS: &str = "sim-small";
+
+/// How often waits look again.
+const POLL: Duration = Duration::from_millis(25);
+
+/// Controller settings for tests: the reference's defaults with every period small, so that back-off, timeouts
+/// and the remediation recheck happen within seconds. Tests override what they look at.
+pub fn settings() -> ControllerSettings {
+    let mut settings = ControllerSettings {
+        machine_creation_timeout: Duration::from_mins(5),
+        machine_health_timeout: Duration::from_mins(5),
+        ..ControllerSettings::default()
+    };
+    settings.retry.backoff_base = Duration::from_millis(200);
+    settings.retry.backoff_cap = Duration::from_secs(2);
+    // Small jitter: successive delays stay far apart (at least 1.6 times the previous), so that "the gaps grow"
+    // holds with room for a busy test machine.
+    settings.retry.jitter = 0.2;
+    settings.remediation.recheck_interval = Duration::from_millis(250);
+    settings
+}
+
+/// A running machine controller: stopped gracefully ([`Cluster::stop_controller`]) or killed
+/// ([`Cluster::kill_controller`]).
+struct RunningController {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+/// One test's world: API server, sim provider, kubelet, controller.
+pub struct Cluster {
+    server: Option<ApiServer>,
+    _dir: tempfile::TempDir,
+    /// An admin client of the server.
+    pub client: Client,
+    /// The provider the controller talks to.
+    pub driver: SimDriver,
+    /// Its fault handle and call counts.
+    pub faults: Faults,
+    kubelet: Option<KubeletHandle>,
+    controller: Option<RunningController>,
+    settings: ControllerSettings,
+}
+
+impl Cluster {
+    /// Server, provider and kubelet, and a controller with `settings`.
+    pub async fn start(settings: ControllerSettings) -> Self {
+        let mut cluster = Self::start_without_controller(settings).await;
+        cluster.start_controller();
+        cluster
+    }
+
+    /// Server, provider and kubelet; no controller yet ([`Cluster::start_controller`]).
+    pub async fn start_without_controller(settings: ControllerSettings) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut config = ServerConfig::new(dir.path());
+        config.in_memory = true;
+        // Silent nodes (a vanished VM's) turn Unknown within seconds.
+        config.node_monitor_grace_period = Duration::from_secs(2);
+        config.node_monitor_period = Duration::from_millis(200);
+        let server = ApiServer::start(config).await.expect("the API server starts");
+        let file = Kubeconfig::read_from(server.kubeconfig()).expect("its kubeconfig");
+        let mut kube_config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+            .await
+            .expect("a client configuration");
+        kube_config.default_retry = false;
+        let client = Client::try_from(kube_config).expect("a client");
+        let driver = SimDriver::new(SimConfig::default());
+        let kubelet = Kubelet::start(
+            &driver,
+            client.clone(),
+            KubeletConfig {
+                heartbeat_interval: Duration::from_millis(500),
+                ..KubeletConfig::default()
+            },
+        );
+        Self {
+            server: Some(server),
+            _dir: dir,
+            client,
+            faults: driver.faults(),
+            driver,
+            kubelet: Some(kubelet),
+            controller: None,
+            settings,
+        }
+    }
+
+    /// The API server.
+    pub fn server(&self) -> &ApiServer {
+        self.server.as_ref().expect("the server runs")
+    }
+
+    /// Starts a machine controller (a new one: nothing in memory from an earlier one) against the same server and
+    /// provider.
+    pub fn start_controller(&mut self) {
+        assert!(self.controller.is_none(), "one controller at a time");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(machine::run(
+            self.client.clone(),
+            Some(self.client.clone()),
+            Arc::new(self.driver.clone()),
+            Config {
+                namespace: NAMESPACE.into(),
+                settings: self.settings.clone(),
+                concurrency: 4,
+            },
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        self.controller = Some(RunningController { stop, task });
+    }
+
+    /// Stops the controller gracefully: reconciles in flight finish.
+    pub async fn stop_controller(&mut self) {
+        if let Some(controller) = self.controller.take() {
+            let _ = controller.stop.send(());
+            tokio::time::timeout(DEADLINE, controller.task)
+                .await
+                .expect("the controller stops in time")
+                .expect("the controller task ends cleanly");
+        }
+    }
+
+    /// Kills the controller as a crash would: whatever it was doing stops where it is.
+    pub async fn kill_controller(&mut self) {
+        if let Some(controller) = self.controller.take() {
+            controller.task.abort();
+            let _ = controller.task.await;
+        }
+    }
+
+    /// Stops everything.
+    pub async fn stop(mut self) {
+        self.stop_controller().await;
+        if let Some(kubelet) = self.kubelet.take() {
+            kubelet.stop().await;
+        }
+        if let Some(server) = self.server.take() {
+            server.shutdown().await;
+        }
+    }
+
+    /// The machines.
+    pub fn machines(&self) -> Api<Machine> {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
+    /// The nodes.
+    pub fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    /// The classes.
+    pub fn classes(&self) -> Api<MachineClass> {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
+    /// The class secret `boot` and the class [`CLASS`] (a valid sim providerSpec).
+    pub async fn create_class(&self) {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": { "name": "boot" },
+            "stringData": { "userData": "#!/bin/sh\necho <<MACHINE_NAME>>\n" }
+        }))
+        .expect("a secret");
+        Api::<Secret>::namespaced(self.client.clone(), NAMESPACE)
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("the secret is created");
+        let class: MachineClass = serde_json::from_value(json!({
+            "metadata": { "name": CLASS },
+            "provider": "sim",
+            "providerSpec": {
+                "vmPool": "pool",
+                "size": "small",
+                "tags": { "kubernetes.io/cluster/test": "1", "kubernetes.io/role/node": "1" }
+            },
+            "secretRef": { "name": "boot", "namespace": NAMESPACE }
+        }))
+        .expect("a class");
+        self.classes()
+            .create(&PostParams::default(), &class)
+            .await
+            .expect("the class is created");
+    }
+
+    /// A machine of [`CLASS`] as a user writes it: name and class only.
+    pub async fn create_machine(&self, name: &str) -> Machine {
+        self.create_machine_from(json!({ "metadata": { "name": name } }))
+            .await
+    }
+
+    /// A machine of [`CLASS`] from `value` (metadata and spec fields to add; the class is filled in).
+    pub async fn create_machine_from(&self, mut value: Value) -> Machine {
+        value["spec"]["class"] = json!({ "kind": "MachineClass", "name": CLASS });
+        let machine: Machine = serde_json::from_value(value).expect("a machine");
+        self.machines()
+            .create(&PostParams::default(), &machine)
+            .await
+            .expect("the machine is created")
+    }
+
+    /// The machine, now.
+    pub async fn machine(&self, name: &str) -> Machine {
+        self.machines().get(name).await.expect("the machine exists")
+    }
+
+    /// Merge-patches a machine (main resource).
+    pub async fn patch_machine(&self, name: &str, patch: Value) {
+        self.machines()
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .expect("the machine is patched");
+    }
+
+    /// Waits until the machine satisfies `check`, and returns that version.
+    pub async fn wait_machine(&self, name: &str, what: &str, check: impl Fn(&Machine) -> bool) -> Machine {
+        wait_for(&format!("machine {name}: {what}"), async || {
+            self.machines().get_opt(name).await.ok().flatten().filter(&check)
+        })
+        .await
+    }
+
+    /// Waits until the machine is in `phase`.
+    pub async fn wait_phase(&self, name: &str, phase: MachinePhase) -> Machine {
+        self.wait_machine(name, &format!("phase {phase:?}"), |m| m.phase() == Some(phase))
+            .await
+    }
+
+    /// Waits until the machine is gone (its finalizer removed after the deletion).
+    pub async fn wait_gone(&self, name: &str) {
+        wait_for(&format!("machine {name} to be gone"), async || {
+            self.machines()
+                .get_opt(name)
+                .await
+                .ok()
+                .and_then(|m| m.is_none().then_some(()))
+        })
+        .await;
+    }
+
+    /// The core/v1 Events about a machine.
+    pub async fn events_of(&self, machine: &str) -> Vec<Event> {
+        Api::<Event>::namespaced(self.client.clone(), NAMESPACE)
+            .list(&ListParams::default())
+            .await
+            .expect("events are listed")
+            .items
+            .into_iter()
+            .filter(|e| e.involved_object.name.as_deref() == Some(machine))
+            .collect()
+    }
+}
+
+/// Polls `check` until it gives a value; panics naming `what` after [`DEADLINE`].
+pub async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    tokio::time::timeout(DEADLINE, async {
+        loop {
+            if let Some(value) = check().await {
+                return value;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("timed out after {DEADLINE:?} waiting for {what}"))
+}
+
+/// Watches `window` long for `check` to give a value, and returns it if it does: for assertions that something
+/// does NOT happen, which can only be observed for a bounded time.
+pub async fn watch_window<T>(window: Duration, mut check: impl AsyncFnMut() -> Option<T>) -> Option<T> {
+    tokio::time::timeout(window, async {
+        loop {
+            if let Some(value) = check().await {
+                return value;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    })
+    .await
+    .ok()
+}
+
+/// One version of an object as a watch delivered it.
+#[derive(Clone, Debug)]
+pub struct Seen<K> {
+    /// Its resourceVersion (the embedded server's is one counter over all objects: versions of different kinds
+    /// compare).
+    pub rv: u64,
+    /// Whether this is the deletion.
+    pub deleted: bool,
+    /// The object.
+    pub object: K,
+}
+
+/// Every version of the objects of one API that a watch delivered, from the moment it started.
+pub struct History<K> {
+    seen: Arc<Mutex<Vec<Seen<K>>>>,
+    task: JoinHandle<()>,
+}
+
+impl<K> History<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    /// Starts watching and returns once the initial list is in (so that every later change is seen).
+    pub async fn start(api: Api<K>) -> Self {
+        let seen: Arc<Mutex<Vec<Seen<K>>>> = Arc::default();
+        let (ready, is_ready) = oneshot::channel::<()>();
+        let task = tokio::spawn({
+            let seen = Arc::clone(&seen);
+            async move {
+                let mut ready = Some(ready);
+                let mut stream = watcher(api, watcher::Config::default()).default_backoff().boxed();
+                while let Some(event) = stream.next().await {
+                    let (object, deleted) = match event {
+                        Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => (o, false),
+                        Ok(watcher::Event::Delete(o)) => (o, true),
+                        Ok(watcher::Event::InitDone) => {
+                            if let Some(ready) = ready.take() {
+                                let _ = ready.send(());
+                            }
+                            continue;
+                        }
+                        Ok(watcher::Event::Init) | Err(_) => continue,
+                    };
+                    let rv = object
+                        .meta()
+                        .resource_version
+                        .as_deref()
+                        .and_then(|rv| rv.parse().ok())
+                        .unwrap_or_default();
+                    seen.lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(Seen { rv, deleted, object });
+                }
+            }
+        });
+        tokio::time::timeout(DEADLINE, is_ready)
+            .await
+            .expect("the watch starts in time")
+            .expect("the watch starts");
+        Self { seen, task }
+    }
+
+    /// Every version seen so far, in resourceVersion order.
+    pub fn versions(&self) -> Vec<Seen<K>> {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        seen.sort_by_key(|s| s.rv);
+        seen
+    }
+
+    /// Every version of the object named `name`, in resourceVersion order.
+    pub fn of(&self, name: &str) -> Vec<Seen<K>> {
+        self.versions()
+            .into_iter()
+            .filter(|s| s.object.meta().name.as_deref() == Some(name))
+            .collect()
+    }
+}
+
+impl<K> Drop for History<K> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The machine's node label, if set.
+pub fn node_label(machine: &Machine) -> Option<&str> {
+    machine
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(keys::labels::NODE))
+        .map(String::as_str)
+}
+
+/// The node's condition statuses by type.
+pub fn node_conditions(node: &Node) -> BTreeMap<String, String> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|c| (c.type_.clone(), c.status.clone()))
+        .collect()
+}
+
+/// Whether the node reports Ready True and none of the default unhealthy conditions True.
+pub fn node_is_healthy(node: &Node) -> bool {
+    let conditions = node_conditions(node);
+    conditions.get("Ready").map(String::as_str) == Some("True")
+        && mcm_core::timeouts::parse_node_conditions(mcm_core::timeouts::DEFAULT_NODE_CONDITIONS)
+            .iter()
+            .all(|c| conditions.get(c).is_none_or(|s| s != "True"))
+}
+
+/// The machine's `lastOperation.description` ("" without a status).
+pub fn description(machine: &Machine) -> &str {
+    machine
+        .status
+        .as_ref()
+        .map_or("", |s| s.last_operation.description.as_str())
+}
+
+/// The machine's `lastOperation.errorCode` ("" without a status).
+pub fn error_code(machine: &Machine) -> &str {
+    machine
+        .status
+        .as_ref()
+        .map_or("", |s| s.last_operation.error_code.as_str())
+}
