@@ -817,6 +817,27 @@ fn outcome_failed(outcome: &CallOutcome) -> bool {
     }
 }
 
+/// Whether the provider says the machine's recorded VM does not exist (GetMachineStatus NotFound). Any other answer,
+/// errors included, is not taken as a vanished VM.
+async fn vm_vanished(machine: &Machine, ctx: &Context) -> bool {
+    let Some(class) = ctx
+        .classes
+        .get(&ObjectRef::new(&machine.spec.class.name).within(&ctx.config.namespace))
+    else {
+        return false;
+    };
+    let (secret, _) = merged_secret(ctx, &class);
+    let result = ctx
+        .driver
+        .get_machine_status(&GetMachineStatusRequest {
+            machine: machine.clone(),
+            machine_class: (*class).clone(),
+            secret,
+        })
+        .await;
+    matches!(result, Err(err) if err.code == MachineCode::NotFound)
+}
+
 async fn check_health(
     machine: &Machine,
     node: Option<&Node>,
@@ -831,6 +852,13 @@ async fn check_health(
         now,
     });
     let mut status = plan.status.clone();
+    // A machine turning Unknown may have lost its VM: ask the provider once, at the transition. A vanished VM fails
+    // the machine at once (spec 003), without waiting for the health timeout.
+    let turning_unknown = status.as_ref().and_then(StatusUpdate::phase) == Some(mcm_api::MachinePhase::Unknown)
+        && machine.phase() != Some(mcm_api::MachinePhase::Unknown);
+    if turning_unknown && !machine.spec.provider_id.is_empty() && vm_vanished(machine, ctx).await {
+        status = Some(creation::vanished_status(machine, now));
+    }
     // Held until the Failed phase is written (docs/machine-controller-decisions.md: serialize remediation).
     let mut remediation_guard = None;
     if let Some(failure) = &plan.failure_candidate {

@@ -416,6 +416,31 @@ fn start(input: &CreationInput<'_>) -> CreationStep {
     CreationStep::CallGetMachineStatus
 }
 
+/// The Failed status of a machine whose recorded VM the provider no longer knows (GetMachineStatus NotFound while
+/// the providerID is set). Spec 003: a machine never gets a second VM; its set replaces it instead.
+pub fn vanished_status(machine: &Machine, now: Timestamp) -> StatusUpdate {
+    let description = Description::VmVanished {
+        machine: machine_name(machine),
+        provider_id: machine.spec.provider_id.clone(),
+    };
+    StatusUpdate {
+        last_operation: Some(operation(
+            &description,
+            MachineState::Failed,
+            Some(MachineOperationType::Create),
+            Some(MachineCode::NotFound),
+            now,
+        )),
+        current_status: Some(phase_status(
+            machine.status.as_ref(),
+            MachinePhase::Failed,
+            false,
+            now,
+        )),
+        ..StatusUpdate::default()
+    }
+}
+
 /// A Failed status with a Create/Failed last operation.
 fn failed_status(
     input: &CreationInput<'_>,
