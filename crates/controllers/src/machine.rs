@@ -854,7 +854,8 @@ async fn check_health(
     let mut status = plan.status.clone();
     // A machine turning Unknown may have lost its VM: ask the provider once, at the transition. A vanished VM fails
     // the machine at once (spec 003), without waiting for the health timeout.
-    let turning_unknown = status.as_ref().and_then(StatusUpdate::phase) == Some(mcm_api::MachinePhase::Unknown)
+    let turning_unknown = status.as_ref().and_then(StatusUpdate::phase)
+        == Some(mcm_api::MachinePhase::Unknown)
         && machine.phase() != Some(mcm_api::MachinePhase::Unknown);
     if turning_unknown && !machine.spec.provider_id.is_empty() && vm_vanished(machine, ctx).await {
         status = Some(creation::vanished_status(machine, now));
