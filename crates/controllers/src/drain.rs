@@ -3,7 +3,8 @@
 //! calls it again after `evict_retry_interval` until the node is drained (or the drain turns into a force drain at
 //! its deadline). What a pass must remember between calls (eviction attempts per pod, the volume pod being moved)
 //! is kept in a [`DrainTracker`] per machine; losing it on a restart costs at most a repeated wait, never a repeated
-//! harmful action, because every eviction and deletion is idempotent and the pods' own state says what is left.
+//! harmful action, because every eviction and deletion is idempotent and the pods' own state says what is left (a
+//! volume pod found terminating is followed again until its volumes have moved).
 
 use std::collections::BTreeMap;
 
@@ -133,10 +134,7 @@ impl DrainPass<'_> {
             }
         }
 
-        match self
-            .move_volume_pod(&node, &listed, &plan.serial, &pdbs, tracker)
-            .await
-        {
+        match self.move_volume_pod(&node, &listed, &plan, &pdbs, tracker).await {
             Ok(Some(refusal)) if refusal.misconfigured => return DrainOutcome::Blocked(refusal),
             Ok(Some(refusal)) => blocked = blocked.or(Some(refusal)),
             Ok(None) => {}
@@ -262,10 +260,14 @@ impl DrainPass<'_> {
         &self,
         node: &Node,
         listed: &[Pod],
-        serial: &[PodRef],
+        plan: &drain::DrainPlan,
         pdbs: &[PodDisruptionBudget],
         tracker: &mut DrainTracker,
     ) -> Result<Option<Blocker>, DrainOutcome> {
+        if tracker.moving.is_none() {
+            tracker.moving = self.adopt_terminating(listed, plan).await?;
+        }
+        let serial = plan.serial.as_slice();
         if let Some(moving) = tracker.moving.clone() {
             let current = listed.iter().find(|p| {
                 p.namespace().as_deref() == Some(moving.pod.namespace.as_str())
@@ -335,6 +337,49 @@ impl DrainPass<'_> {
             });
         }
         Ok(blocker)
+    }
+
+    /// A volume pod that is already terminating while no eviction is followed — evicted before this controller
+    /// restarted (the tracker lives in memory only) or deleted by someone else — is followed like one this drain
+    /// evicted, from the moment its deletion began: the next volume pod waits until its volumes have detached and
+    /// attached elsewhere. Without this, a restart during a volume pod's termination let the next one go at once
+    /// (found by `machine_deletion::a_controller_restarted_while_a_volume_pod_terminates_still_waits_for_its_volume_to_move`).
+    async fn adopt_terminating(
+        &self,
+        listed: &[Pod],
+        plan: &drain::DrainPlan,
+    ) -> Result<Option<Moving>, DrainOutcome> {
+        let terminating = plan
+            .wait
+            .iter()
+            .filter(|(_, reason)| *reason == drain::WaitReason::Terminating)
+            .filter_map(|(reference, _)| listed.iter().find(|p| PodRef::of(p) == *reference));
+        for pod in terminating {
+            if drain::claims(pod).is_empty() {
+                continue;
+            }
+            let (pvs, volume_ids) = self.volumes_of(pod, listed).await?;
+            if pvs.is_empty() {
+                continue;
+            }
+            let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or_default();
+            let evicted_at = pod
+                .metadata
+                .deletion_timestamp
+                .as_ref()
+                .map_or(self.now, |at| at.0 - jiff::SignedDuration::from_secs(grace))
+                .min(self.now);
+            return Ok(Some(Moving {
+                pod: PodRef::of(pod),
+                pvs,
+                volume_ids,
+                evicted_at,
+                gone_timeout: drain::pod_gone_timeout(pod, self.mode.timeout),
+                detach_timeout: drain::detach_timeout(pod, self.settings),
+                detached_at: None,
+            }));
+        }
+        Ok(None)
     }
 
     /// The PersistentVolumes to follow for `pod` and the provider's IDs of them (GetVolumeIDs; volumes the provider

@@ -15,6 +15,25 @@
 //! kubelet forgets the node: no more writes, and the Node is not deleted (the machine controller deletes nodes).
 //! A Node deleted by someone else while its VM runs is not registered again (a real kubelet registers once per
 //! start, too).
+//!
+//! **Pods and volumes** (what a drain needs from a kubelet; the kubelet watches pods, PersistentVolumeClaims,
+//! PersistentVolumes and VolumeAttachments, reads only):
+//! - Its nodes carry the annotation [`AGENT_TERMINATES_PODS`] `"true"`: the embedded API server then leaves the
+//!   deleting pods of these nodes to the kubelet while the node's Lease is fresh. A pod bound to one of its nodes
+//!   that is being deleted is ended (deleted with grace 0, uid precondition) once its `deletionTimestamp` (the end
+//!   of its grace period) has passed. A pending pod bound to one of its nodes is started: phase `Running`,
+//!   conditions `PodScheduled`, `Initialized`, `ContainersReady` and `Ready` True (one status write, guarded by
+//!   the pod's resourceVersion so a concurrent status change is never overwritten).
+//! - Volumes, as the attach/detach controller and the CSI attacher keep them: while a pod bound to the node and
+//!   not finished uses a PersistentVolumeClaim (or a generic ephemeral volume's claim) bound to a CSI
+//!   PersistentVolume of the driver [`crate::CSI_DRIVER`], the volume is attached: a VolumeAttachment
+//!   (`csi-<hash>`, attacher the driver, `status.attached` true) and the entry `kubernetes.io/csi/<driver>^<volume
+//!   handle>` in `node.status.volumesAttached`. When no such pod remains (the last one ended or finished), it is
+//!   detached: the entry is removed, then the VolumeAttachment deleted. Entries of other drivers are kept.
+//! - Every write happens only when the state on the server differs from the wanted state, and nothing is done
+//!   before the watches have listed once. With stopped heartbeats (a dead kubelet) or a node deleted by someone
+//!   else, nothing is done for that node's pods and volumes; the server then ends its deleting pods itself once the
+//!   Lease is stale.
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
@@ -29,7 +48,13 @@ use futures::{StreamExt as _, stream};
 use k8s_openapi::{
     api::{
         coordination::v1::{Lease, LeaseSpec},
-        core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo},
+        core::v1::{
+            AttachedVolume, Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, PersistentVolume,
+            PersistentVolumeClaim, Pod,
+        },
+        storage::v1::{
+            VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus,
+        },
     },
     apimachinery::pkg::{
         api::resource::Quantity,
@@ -37,8 +62,8 @@ use k8s_openapi::{
     },
 };
 use kube::{
-    Api, Client,
-    api::{ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams},
+    Api, Client, Resource, ResourceExt,
+    api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, WatchEvent, WatchParams},
 };
 use serde_json::{Value, json};
 use tokio::{
@@ -61,6 +86,10 @@ pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 pub const INSTANCE_TYPE_LABEL: &str = "node.kubernetes.io/instance-type";
 /// Pods a node takes (the kubelet default `maxPods`).
 pub const MAX_PODS: u32 = 110;
+/// Node annotation by which the kubelet says it ends its nodes' deleting pods itself (value `"true"`). The same
+/// string as `mcm_apiserver::pods::AGENT_TERMINATES_PODS` (the embedded API server then leaves such pods to the
+/// kubelet while the node's Lease is fresh); copied, since this crate does not depend on the server.
+pub const AGENT_TERMINATES_PODS: &str = "node.machine.sapcloud.io/agent-terminates-pods";
 
 /// Configuration of a [`Kubelet`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,6 +129,12 @@ pub struct KubeletStats {
     pub lease_creates: u64,
     /// Lease renewals.
     pub lease_renewals: u64,
+    /// Pods started (status written `Running` and Ready).
+    pub pods_started: u64,
+    /// Deleting pods ended (deleted with grace 0) after their grace period.
+    pub pods_ended: u64,
+    /// Volume writes: VolumeAttachments created, marked attached or deleted, and `volumesAttached` patches.
+    pub volume_writes: u64,
     /// Requests that failed (retried later).
     pub failed_requests: u64,
 }
@@ -110,6 +145,9 @@ struct Counters {
     node_status_writes: AtomicU64,
     lease_creates: AtomicU64,
     lease_renewals: AtomicU64,
+    pods_started: AtomicU64,
+    pods_ended: AtomicU64,
+    volume_writes: AtomicU64,
     failed_requests: AtomicU64,
 }
 
@@ -132,6 +170,7 @@ impl Kubelet {
         let (stop_tx, stop_rx) = oneshot::channel();
         let runner = Runner {
             shared: Arc::clone(driver.shared()),
+            client: client.clone(),
             nodes: Api::all(client.clone()),
             leases: Api::namespaced(client, NODE_LEASE_NAMESPACE),
             retry_delay: config.heartbeat_interval.min(Duration::from_secs(1)),
@@ -140,6 +179,7 @@ impl Kubelet {
             tracks: HashMap::new(),
             retries: HashMap::new(),
             observed: HashMap::new(),
+            world: World::default(),
         };
         let task = tokio::spawn(runner.run(stop_rx));
         KubeletHandle {
@@ -174,6 +214,9 @@ impl KubeletHandle {
             node_status_writes: c.node_status_writes.load(Ordering::Relaxed),
             lease_creates: c.lease_creates.load(Ordering::Relaxed),
             lease_renewals: c.lease_renewals.load(Ordering::Relaxed),
+            pods_started: c.pods_started.load(Ordering::Relaxed),
+            pods_ended: c.pods_ended.load(Ordering::Relaxed),
+            volume_writes: c.volume_writes.load(Ordering::Relaxed),
             failed_requests: c.failed_requests.load(Ordering::Relaxed),
         }
     }
@@ -206,14 +249,26 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// What a watch reports.
+enum Seen<K> {
+    /// A fresh list: every object, at this resourceVersion.
+    Reset(Vec<K>, Option<u64>),
+    /// An object was added or modified.
+    Applied(K),
+    /// An object was deleted.
+    Deleted(K),
+}
+
 /// What the node watch reports.
-enum NodeEvent {
-    /// A fresh list: every node, at this resourceVersion.
-    Reset(Vec<Node>, Option<u64>),
-    /// A node was added or modified.
-    Applied(Node),
-    /// A node was deleted.
-    Deleted(Node),
+type NodeEvent = Seen<Node>;
+
+/// What the kubelet's watches report.
+enum Event {
+    Node(Seen<Node>),
+    Pod(Seen<Pod>),
+    Claim(Seen<PersistentVolumeClaim>),
+    Volume(Seen<PersistentVolume>),
+    Attachment(Seen<VolumeAttachment>),
 }
 
 /// A node the kubelet registered (or adopted).
@@ -283,6 +338,226 @@ fn resource_version(node: &Node) -> Option<u64> {
         .and_then(|rv| rv.parse().ok())
 }
 
+/// A namespaced object's namespace and name.
+type PodKey = (String, String);
+
+fn namespaced_key<K: Resource>(object: &K) -> (String, String) {
+    let meta = object.meta();
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+fn uid_of<K: Resource>(object: &K) -> &str {
+    object.meta().uid.as_deref().unwrap_or_default()
+}
+
+fn version_of<K: Resource>(object: &K) -> Option<u64> {
+    object
+        .meta()
+        .resource_version
+        .as_deref()
+        .and_then(|rv| rv.parse().ok())
+}
+
+/// Stores `object` under `key` unless the stored version is newer (a late watch event after the kubelet's own
+/// write).
+fn store<Q: std::hash::Hash + Eq, K: Resource>(map: &mut HashMap<Q, K>, key: Q, object: K) {
+    if map
+        .get(&key)
+        .is_some_and(|current| version_of(current) > version_of(&object))
+    {
+        return;
+    }
+    map.insert(key, object);
+}
+
+/// Removes the object under `key` if it is the one deleted (same uid; a new object of the same name stays).
+fn forget<Q: std::hash::Hash + Eq, K: Resource>(map: &mut HashMap<Q, K>, key: &Q, deleted: &K) {
+    if map
+        .get(key)
+        .is_some_and(|current| uid_of(current) == uid_of(deleted))
+    {
+        map.remove(key);
+    }
+}
+
+/// Applies a watch event to a map of objects.
+fn apply_keyed<Q: std::hash::Hash + Eq, K: Resource>(
+    map: &mut HashMap<Q, K>,
+    event: Seen<K>,
+    key: impl Fn(&K) -> Q,
+) {
+    match event {
+        Seen::Reset(objects, _) => {
+            *map = objects.into_iter().map(|o| (key(&o), o)).collect();
+        }
+        Seen::Applied(object) => store(map, key(&object), object),
+        Seen::Deleted(object) => forget(map, &key(&object), &object),
+    }
+}
+
+/// The node a pod is bound to.
+fn bound_node(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+fn pod_phase(pod: &Pod) -> Option<&str> {
+    pod.status.as_ref().and_then(|s| s.phase.as_deref())
+}
+
+/// A pod that has finished (its volumes are unmounted).
+fn finished(pod: &Pod) -> bool {
+    matches!(pod_phase(pod), Some("Succeeded" | "Failed"))
+}
+
+/// The name of a volume in `node.status.volumesAttached` (`kubernetes.io/csi/<driver>^<handle>`, as the CSI
+/// attacher names it).
+fn attached_volume_name(handle: &str) -> String {
+    format!("{}{handle}", attached_volume_prefix())
+}
+
+fn attached_volume_prefix() -> String {
+    format!("kubernetes.io/csi/{}^", crate::CSI_DRIVER)
+}
+
+/// The VolumeAttachment name of a volume on a node: `csi-` and a hash of handle, attacher and node (Kubernetes
+/// takes a SHA-256 of the same three; a 64-bit FNV-1a is enough to keep names apart here).
+fn attachment_name(handle: &str, node: &str) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in [handle, crate::CSI_DRIVER, node].join("\0").bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("csi-{hash:016x}")
+}
+
+/// The pod-related watches. Nothing is decided on one before it has listed once (an empty map is not an empty
+/// cluster).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Watched {
+    Pods,
+    Claims,
+    Volumes,
+    Attachments,
+}
+
+/// Pods, claims, volumes and the sim driver's VolumeAttachments as the watches report them, and what the kubelet
+/// did that the watches may not show yet.
+#[derive(Default)]
+struct World {
+    pods: HashMap<PodKey, Pod>,
+    claims: HashMap<(String, String), PersistentVolumeClaim>,
+    volumes: HashMap<String, PersistentVolume>,
+    /// VolumeAttachments of the sim CSI driver, by name.
+    attachments: HashMap<String, VolumeAttachment>,
+    /// uids of the pods the kubelet ended, until the watch reports them deleted: a late event does not bring such a
+    /// pod back, and one kept by finalizers is neither deleted again nor counted as using its volumes.
+    ended: HashSet<String>,
+    /// uids of the VolumeAttachments the kubelet deleted, until the watch reports them deleted.
+    detached: HashSet<String>,
+    /// The watches that have listed once.
+    synced: HashSet<Watched>,
+    /// After a failed pod or volume request: no such request before this.
+    retry_at: Option<Instant>,
+}
+
+impl World {
+    /// Records a pod watch event; returns the node the pod is bound to.
+    fn apply_pod(&mut self, event: Seen<Pod>, scope: &mut Scope) -> Option<String> {
+        match event {
+            Seen::Reset(pods, _) => {
+                self.pods = pods.into_iter().map(|p| (namespaced_key(&p), p)).collect();
+                let uids: HashSet<&str> = self.pods.values().map(uid_of).collect();
+                self.ended.retain(|uid| uids.contains(uid.as_str()));
+                self.synced.insert(Watched::Pods);
+                *scope = Scope::All;
+                None
+            }
+            Seen::Applied(pod) => {
+                let node = bound_node(&pod).map(str::to_owned);
+                let key = namespaced_key(&pod);
+                let held = self.pods.get(&key).is_some_and(|p| uid_of(p) == uid_of(&pod));
+                // A late event about a pod the kubelet ended (and forgot) does not bring it back.
+                if held || !self.ended.contains(uid_of(&pod)) {
+                    store(&mut self.pods, key, pod);
+                }
+                node
+            }
+            Seen::Deleted(pod) => {
+                self.ended.remove(uid_of(&pod));
+                forget(&mut self.pods, &namespaced_key(&pod), &pod);
+                bound_node(&pod).map(str::to_owned)
+            }
+        }
+    }
+
+    /// Records a VolumeAttachment watch event (only the sim driver's are kept); returns the node it is for.
+    fn apply_attachment(&mut self, event: Seen<VolumeAttachment>, scope: &mut Scope) -> Option<String> {
+        let ours = |va: &VolumeAttachment| va.spec.attacher == crate::CSI_DRIVER;
+        match event {
+            Seen::Reset(attachments, _) => {
+                self.attachments = attachments
+                    .into_iter()
+                    .filter(ours)
+                    .map(|va| (va.name_any(), va))
+                    .collect();
+                let uids: HashSet<&str> = self.attachments.values().map(uid_of).collect();
+                self.detached.retain(|uid| uids.contains(uid.as_str()));
+                self.synced.insert(Watched::Attachments);
+                *scope = Scope::All;
+                None
+            }
+            Seen::Applied(va) if ours(&va) => {
+                let node = va.spec.node_name.clone();
+                if !self.detached.contains(uid_of(&va)) {
+                    store(&mut self.attachments, va.name_any(), va);
+                }
+                Some(node)
+            }
+            Seen::Deleted(va) if ours(&va) => {
+                self.detached.remove(uid_of(&va));
+                forget(&mut self.attachments, &va.name_any(), &va);
+                Some(va.spec.node_name)
+            }
+            Seen::Applied(_) | Seen::Deleted(_) => None,
+        }
+    }
+
+    /// The CSI volumes of the sim driver a pod uses: (PersistentVolume name, volume handle), through its claims
+    /// (`persistentVolumeClaim` volumes and generic ephemeral volumes, whose claim is `<pod>-<volume>`) and the
+    /// volumes they are bound to.
+    fn csi_volumes(&self, pod: &Pod) -> Vec<(String, String)> {
+        let (namespace, pod_name) = namespaced_key(pod);
+        pod.spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter_map(|volume| {
+                let claim = match (&volume.persistent_volume_claim, &volume.ephemeral) {
+                    (Some(source), _) => source.claim_name.clone(),
+                    (None, Some(_)) => format!("{pod_name}-{}", volume.name),
+                    (None, None) => return None,
+                };
+                let pv = self
+                    .claims
+                    .get(&(namespace.clone(), claim))?
+                    .spec
+                    .as_ref()?
+                    .volume_name
+                    .clone()
+                    .filter(|n| !n.is_empty())?;
+                let csi = self.volumes.get(&pv)?.spec.as_ref()?.csi.as_ref()?;
+                (csi.driver == crate::CSI_DRIVER && !csi.volume_handle.is_empty())
+                    .then(|| (pv, csi.volume_handle.clone()))
+            })
+            .collect()
+    }
+}
+
 /// The VM fields the kubelet needs.
 struct VmView {
     id: u64,
@@ -295,9 +570,42 @@ struct VmView {
 
 /// One API job of a pass.
 enum Job {
-    Register { vm_id: u64, node: Box<Node> },
-    Renew { name: String, uid: String },
-    Status { name: String, status: Box<NodeStatus> },
+    Register {
+        vm_id: u64,
+        node: Box<Node>,
+    },
+    Renew {
+        name: String,
+        uid: String,
+    },
+    Status {
+        name: String,
+        status: Box<NodeStatus>,
+    },
+    /// Mark a pending pod Running and Ready.
+    StartPod {
+        key: PodKey,
+        resource_version: String,
+    },
+    /// Delete a pod whose grace period has passed, with grace 0.
+    EndPod {
+        key: PodKey,
+        uid: String,
+    },
+    /// Bring a node's volumes in step with its pods.
+    Volumes(Box<VolumeJob>),
+}
+
+/// What a node's volumes need: VolumeAttachments to create (or mark attached), the new `volumesAttached` list,
+/// VolumeAttachments to delete. Done in this order.
+struct VolumeJob {
+    node: String,
+    /// (PersistentVolume name, volume handle) to attach.
+    attach: Vec<(String, String)>,
+    /// The node's `status.volumesAttached` to write, when it changes.
+    entries: Option<Vec<AttachedVolume>>,
+    /// (name, uid) of the VolumeAttachments to delete.
+    detach: Vec<(String, String)>,
 }
 
 /// The outcome of a job.
@@ -320,10 +628,30 @@ enum Done {
         node: Option<Box<Node>>,
         gone: bool,
     },
+    PodStarted {
+        pod: Option<Box<Pod>>,
+        ok: bool,
+    },
+    PodEnded {
+        key: PodKey,
+        uid: String,
+        /// The pod as it still is (held by finalizers), if it is.
+        left: Option<Box<Pod>>,
+        ok: bool,
+    },
+    VolumesWritten {
+        node: String,
+        attached: Vec<VolumeAttachment>,
+        written: Option<Box<Node>>,
+        /// (name, uid) of the VolumeAttachments deleted.
+        detached: Vec<(String, String)>,
+        ok: bool,
+    },
 }
 
 struct Runner {
     shared: Arc<Shared>,
+    client: Client,
     nodes: Api<Node>,
     leases: Api<Lease>,
     config: KubeletConfig,
@@ -335,6 +663,8 @@ struct Runner {
     retries: HashMap<String, Instant>,
     /// Nodes as the server has them, by name.
     observed: HashMap<String, Observed>,
+    /// Pods, claims, volumes and VolumeAttachments as the server has them.
+    world: World,
 }
 
 /// The healthy conditions of a kubelet, in the kubelet's order: type, status, reason, message.
@@ -477,7 +807,34 @@ fn is_status(err: &kube::Error, code: u16) -> bool {
 impl Runner {
     async fn run(mut self, mut stop: oneshot::Receiver<()>) {
         let (events_tx, mut events) = mpsc::channel(1024);
-        let _watch = AbortOnDrop(tokio::spawn(watch_nodes(self.nodes.clone(), events_tx)));
+        let client = self.client.clone();
+        let _watches = [
+            AbortOnDrop(tokio::spawn(watch_objects(
+                self.nodes.clone(),
+                events_tx.clone(),
+                Event::Node,
+            ))),
+            AbortOnDrop(tokio::spawn(watch_objects(
+                Api::<Pod>::all(client.clone()),
+                events_tx.clone(),
+                Event::Pod,
+            ))),
+            AbortOnDrop(tokio::spawn(watch_objects(
+                Api::<PersistentVolumeClaim>::all(client.clone()),
+                events_tx.clone(),
+                Event::Claim,
+            ))),
+            AbortOnDrop(tokio::spawn(watch_objects(
+                Api::<PersistentVolume>::all(client.clone()),
+                events_tx.clone(),
+                Event::Volume,
+            ))),
+            AbortOnDrop(tokio::spawn(watch_objects(
+                Api::<VolumeAttachment>::all(client),
+                events_tx,
+                Event::Attachment,
+            ))),
+        ];
         let mut driver_changes = self.shared.subscribe();
         let mut wake = Instant::now();
         let mut events_open = true;
@@ -518,7 +875,44 @@ impl Runner {
     }
 
     /// Records a watch event, adding the nodes the kubelet manages that it concerns to `scope`.
-    fn apply(&mut self, event: NodeEvent, scope: &mut Scope) {
+    fn apply(&mut self, event: Event, scope: &mut Scope) {
+        match event {
+            Event::Node(event) => self.apply_node(event, scope),
+            Event::Pod(event) => {
+                if let Some(node) = self.world.apply_pod(event, scope)
+                    && self.tracks.contains_key(&node)
+                {
+                    scope.add(node);
+                }
+            }
+            Event::Claim(event) => {
+                if matches!(event, Seen::Reset(..)) {
+                    self.world.synced.insert(Watched::Claims);
+                }
+                apply_keyed(&mut self.world.claims, event, namespaced_key);
+                *scope = Scope::All;
+            }
+            Event::Volume(event) => {
+                if matches!(event, Seen::Reset(..)) {
+                    self.world.synced.insert(Watched::Volumes);
+                }
+                apply_keyed(&mut self.world.volumes, event, |v: &PersistentVolume| {
+                    v.name_any()
+                });
+                *scope = Scope::All;
+            }
+            Event::Attachment(event) => {
+                if let Some(node) = self.world.apply_attachment(event, scope)
+                    && self.tracks.contains_key(&node)
+                {
+                    scope.add(node);
+                }
+            }
+        }
+    }
+
+    /// Records a node watch event.
+    fn apply_node(&mut self, event: NodeEvent, scope: &mut Scope) {
         match event {
             NodeEvent::Reset(nodes, list_rv) => {
                 let mut observed: HashMap<String, Observed> = nodes
@@ -626,6 +1020,8 @@ impl Runner {
             .retain(|name, _| !scope.contains(name) || vms.contains_key(name));
 
         let mut jobs = Vec::new();
+        // The nodes whose pods and volumes the kubelet looks after now: registered, heartbeating, not deleted.
+        let mut active = Vec::new();
         for (name, vm) in &vms {
             let faults = faults.get(name);
             if faults.is_some_and(|f| f.heartbeats_stopped) {
@@ -646,6 +1042,7 @@ impl Runner {
             if track.gone {
                 continue;
             }
+            active.push(name.as_str());
             if track.next_renew <= now + slack {
                 jobs.push(Job::Renew {
                     name: name.clone(),
@@ -671,7 +1068,123 @@ impl Runner {
                 }
             }
         }
+        match self.world.retry_at {
+            Some(at) if at > now => wake = wake.min(at),
+            _ => self.pod_jobs(&active, now, &mut jobs, &mut wake),
+        }
         (jobs, wake)
+    }
+
+    /// The pod and volume jobs due for the `active` nodes: pending pods to start, deleting pods whose grace period
+    /// has passed to end, volumes to attach or detach.
+    fn pod_jobs(&self, active: &[&str], now: Instant, jobs: &mut Vec<Job>, wake: &mut Instant) {
+        let world = &self.world;
+        if !world.synced.contains(&Watched::Pods) || active.is_empty() {
+            return;
+        }
+        let mut on_node: HashMap<&str, Vec<&Pod>> = active.iter().map(|n| (*n, Vec::new())).collect();
+        for pod in world.pods.values() {
+            if let Some(list) = bound_node(pod).and_then(|node| on_node.get_mut(node)) {
+                list.push(pod);
+            }
+        }
+        let wall = jiff::Timestamp::now();
+        for (node, pods) in &on_node {
+            for pod in pods {
+                if let Some(deleting) = &pod.metadata.deletion_timestamp {
+                    if world.ended.contains(uid_of(*pod)) {
+                        continue;
+                    }
+                    match Duration::try_from(deleting.0.duration_since(wall)) {
+                        Ok(left) if !left.is_zero() => *wake = (*wake).min(now + left),
+                        _ => jobs.push(Job::EndPod {
+                            key: namespaced_key(*pod),
+                            uid: uid_of(*pod).to_owned(),
+                        }),
+                    }
+                } else if matches!(pod_phase(pod), None | Some("Pending")) {
+                    jobs.push(Job::StartPod {
+                        key: namespaced_key(*pod),
+                        resource_version: pod.metadata.resource_version.clone().unwrap_or_default(),
+                    });
+                }
+            }
+            if let Some(job) = self.volume_job(node, pods) {
+                jobs.push(Job::Volumes(Box::new(job)));
+            }
+        }
+    }
+
+    /// What the node's volumes need, if anything: the sim CSI volumes used by its pods that have not finished (and
+    /// were not ended) are attached, every other one of its volumes is detached.
+    fn volume_job(&self, node: &str, pods: &[&Pod]) -> Option<VolumeJob> {
+        let world = &self.world;
+        if [Watched::Claims, Watched::Volumes, Watched::Attachments]
+            .iter()
+            .any(|w| !world.synced.contains(w))
+        {
+            return None;
+        }
+        let current = self.observed.get(node)?;
+        let mut wanted: BTreeMap<String, String> = BTreeMap::new();
+        for pod in pods
+            .iter()
+            .filter(|p| !finished(p) && !world.ended.contains(uid_of(**p)))
+        {
+            wanted.extend(world.csi_volumes(pod));
+        }
+        let attachments: Vec<&VolumeAttachment> = world
+            .attachments
+            .values()
+            .filter(|va| va.spec.node_name == node && va.metadata.deletion_timestamp.is_none())
+            .collect();
+        let pv_of = |va: &VolumeAttachment| va.spec.source.persistent_volume_name.clone();
+        let attach: Vec<(String, String)> = wanted
+            .iter()
+            .filter(|(pv, _)| {
+                !attachments.iter().any(|va| {
+                    pv_of(va).as_ref() == Some(*pv) && va.status.as_ref().is_some_and(|s| s.attached)
+                })
+            })
+            .map(|(pv, handle)| (pv.clone(), handle.clone()))
+            .collect();
+        let detach: Vec<(String, String)> = attachments
+            .iter()
+            .filter(|va| pv_of(va).is_none_or(|pv| !wanted.contains_key(&pv)))
+            .map(|va| (va.name_any(), uid_of(*va).to_owned()))
+            .collect();
+        let prefix = attached_volume_prefix();
+        let listed = current
+            .status
+            .as_ref()
+            .and_then(|s| s.volumes_attached.clone())
+            .unwrap_or_default();
+        let mut have: Vec<&str> = listed
+            .iter()
+            .map(|v| v.name.as_str())
+            .filter(|n| n.starts_with(&prefix))
+            .collect();
+        have.sort_unstable();
+        let mut want: Vec<String> = wanted.values().map(|h| attached_volume_name(h)).collect();
+        want.sort_unstable();
+        want.dedup();
+        let entries = (have != want).then(|| {
+            listed
+                .iter()
+                .filter(|v| !v.name.starts_with(&prefix))
+                .cloned()
+                .chain(want.iter().map(|name| AttachedVolume {
+                    name: name.clone(),
+                    device_path: String::new(),
+                }))
+                .collect()
+        });
+        (!attach.is_empty() || !detach.is_empty() || entries.is_some()).then(|| VolumeJob {
+            node: node.to_owned(),
+            attach,
+            entries,
+            detach,
+        })
     }
 
     /// The registration of a VM's node: labels, provider ID and full status.
@@ -686,6 +1199,10 @@ impl Runner {
             node: Box::new(Node {
                 metadata: ObjectMeta {
                     name: Some(name.to_owned()),
+                    annotations: Some(BTreeMap::from([(
+                        AGENT_TERMINATES_PODS.to_owned(),
+                        "true".to_owned(),
+                    )])),
                     labels: Some(BTreeMap::from([
                         (HOSTNAME_LABEL.to_owned(), name.to_owned()),
                         (INSTANCE_TYPE_LABEL.to_owned(), vm.size.name.to_owned()),
@@ -705,6 +1222,7 @@ impl Runner {
     fn settle(&mut self, done: Vec<Done>, mut wake: Instant) -> Instant {
         let now = Instant::now();
         let interval = self.config.heartbeat_interval;
+        let mut pods_failed = false;
         for outcome in done {
             match outcome {
                 Done::Registered {
@@ -756,9 +1274,77 @@ impl Runner {
                         self.observe(&name, *node);
                     }
                 }
+                Done::PodStarted { .. } | Done::PodEnded { .. } | Done::VolumesWritten { .. } => {
+                    let (ok, look_again) = self.settle_pod_work(outcome);
+                    pods_failed |= !ok;
+                    if look_again {
+                        wake = now;
+                    }
+                }
             }
         }
+        self.world.retry_at = pods_failed.then(|| now + self.retry_delay);
+        if let Some(at) = self.world.retry_at {
+            wake = wake.min(at);
+        }
         wake
+    }
+
+    /// Records the outcome of a pod or volume job: whether it succeeded, and whether to look again at once (a pod
+    /// ended: its volumes may be detached now).
+    fn settle_pod_work(&mut self, outcome: Done) -> (bool, bool) {
+        match outcome {
+            Done::PodStarted { pod, ok } => {
+                if let Some(pod) = pod {
+                    store(&mut self.world.pods, namespaced_key(&*pod), *pod);
+                }
+                (ok, false)
+            }
+            Done::PodEnded { key, uid, left, ok } => {
+                if ok {
+                    match left {
+                        Some(pod) => store(&mut self.world.pods, key, *pod),
+                        None => {
+                            if self.world.pods.get(&key).is_some_and(|p| uid_of(p) == uid) {
+                                self.world.pods.remove(&key);
+                            }
+                        }
+                    }
+                    self.world.ended.insert(uid);
+                }
+                (ok, ok)
+            }
+            Done::VolumesWritten {
+                node,
+                attached,
+                written,
+                detached,
+                ok,
+            } => {
+                for va in attached {
+                    store(&mut self.world.attachments, va.name_any(), va);
+                }
+                if let Some(written) = written {
+                    self.observe(&node, *written);
+                }
+                for (name, uid) in detached {
+                    if self
+                        .world
+                        .attachments
+                        .get(&name)
+                        .is_some_and(|va| uid_of(va) == uid)
+                    {
+                        self.world.attachments.remove(&name);
+                    }
+                    self.world.detached.insert(uid);
+                }
+                (ok, false)
+            }
+            Done::Registered { .. }
+            | Done::RegisterFailed { .. }
+            | Done::Renewed { .. }
+            | Done::StatusWritten { .. } => (true, false),
+        }
     }
 
     async fn execute(&self, job: Job) -> Done {
@@ -812,6 +1398,221 @@ impl Runner {
                     }
                 }
             }
+            Job::StartPod {
+                key,
+                resource_version,
+            } => self.start_pod(&key, &resource_version).await,
+            Job::EndPod { key, uid } => self.end_pod(key, uid).await,
+            Job::Volumes(job) => self.write_volumes(*job).await,
+        }
+    }
+
+    /// Marks a pending pod Running and Ready (guarded by its resourceVersion: a pod changed meanwhile is left to
+    /// the next pass, which sees the change).
+    async fn start_pod(&self, key: &PodKey, resource_version: &str) -> Done {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &key.0);
+        let now = Time(jiff::Timestamp::now());
+        let conditions: Vec<Value> = ["PodScheduled", "Initialized", "ContainersReady", "Ready"]
+            .into_iter()
+            .map(|type_| json!({ "type": type_, "status": "True", "lastTransitionTime": now }))
+            .collect();
+        let patch = json!({
+            "metadata": { "resourceVersion": resource_version },
+            "status": { "phase": "Running", "startTime": now, "conditions": conditions },
+        });
+        match api
+            .patch_status(&key.1, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(pod) => {
+                bump(&self.counters.pods_started);
+                Done::PodStarted {
+                    pod: Some(Box::new(pod)),
+                    ok: true,
+                }
+            }
+            // Changed or gone meanwhile: the watch brings the news.
+            Err(err) if is_status(&err, 409) || is_status(&err, 404) => {
+                Done::PodStarted { pod: None, ok: true }
+            }
+            Err(err) => {
+                bump(&self.counters.failed_requests);
+                tracing::warn!(namespace = key.0, pod = key.1, error = %err, "sim kubelet: starting a pod failed");
+                Done::PodStarted { pod: None, ok: false }
+            }
+        }
+    }
+
+    /// Ends a pod whose grace period has passed: a deletion with grace 0, for this pod only (uid precondition).
+    async fn end_pod(&self, key: PodKey, uid: String) -> Done {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &key.0);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.clone()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(&key.1, &params).await {
+            Ok(outcome) => {
+                bump(&self.counters.pods_ended);
+                tracing::debug!(namespace = key.0, pod = key.1, "sim kubelet: pod ended");
+                Done::PodEnded {
+                    key,
+                    uid,
+                    left: outcome.left().map(Box::new),
+                    ok: true,
+                }
+            }
+            // Gone already, or another pod of that name by now.
+            Err(err) if is_status(&err, 404) || is_status(&err, 409) => Done::PodEnded {
+                key,
+                uid,
+                left: None,
+                ok: true,
+            },
+            Err(err) => {
+                bump(&self.counters.failed_requests);
+                tracing::warn!(namespace = key.0, pod = key.1, error = %err, "sim kubelet: ending a pod failed");
+                Done::PodEnded {
+                    key,
+                    uid,
+                    left: None,
+                    ok: false,
+                }
+            }
+        }
+    }
+
+    /// Attaches, lists and detaches a node's volumes, in this order; stops at the first failure (the next pass
+    /// decides again from what the server has).
+    async fn write_volumes(&self, job: VolumeJob) -> Done {
+        let VolumeJob {
+            node,
+            attach,
+            entries,
+            detach,
+        } = job;
+        let api: Api<VolumeAttachment> = Api::all(self.client.clone());
+        let mut attached = Vec::new();
+        let mut written = None;
+        let mut detached = Vec::new();
+        let ok = async {
+            for (pv, handle) in &attach {
+                attached.push(self.attach(&api, &node, pv, handle).await?);
+            }
+            if let Some(entries) = &entries {
+                let list = if entries.is_empty() { Value::Null } else { json!(entries) };
+                let patch = Patch::Merge(json!({ "status": { "volumesAttached": list } }));
+                match self.nodes.patch_status(&node, &PatchParams::default(), &patch).await {
+                    Ok(stored) => {
+                        bump(&self.counters.volume_writes);
+                        written = Some(Box::new(stored));
+                    }
+                    Err(err) => {
+                        bump(&self.counters.failed_requests);
+                        tracing::warn!(node, error = %err, "sim kubelet: writing volumesAttached failed");
+                        return None;
+                    }
+                }
+            }
+            for (name, uid) in detach {
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions {
+                        uid: Some(uid.clone()),
+                        resource_version: None,
+                    }),
+                    ..DeleteParams::default()
+                };
+                match api.delete(&name, &params).await {
+                    Ok(_) => {
+                        bump(&self.counters.volume_writes);
+                        detached.push((name, uid));
+                    }
+                    Err(err) if is_status(&err, 404) || is_status(&err, 409) => detached.push((name, uid)),
+                    Err(err) => {
+                        bump(&self.counters.failed_requests);
+                        tracing::warn!(node, attachment = name, error = %err, "sim kubelet: deleting a VolumeAttachment failed");
+                        return None;
+                    }
+                }
+            }
+            Some(())
+        }
+        .await
+        .is_some();
+        Done::VolumesWritten {
+            node,
+            attached,
+            written,
+            detached,
+            ok,
+        }
+    }
+
+    /// Creates the VolumeAttachment of a volume on a node with `status.attached` true (or marks an existing one
+    /// attached). `None` when a request failed.
+    async fn attach(
+        &self,
+        api: &Api<VolumeAttachment>,
+        node: &str,
+        pv: &str,
+        handle: &str,
+    ) -> Option<VolumeAttachment> {
+        let name = attachment_name(handle, node);
+        let wanted = VolumeAttachment {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: VolumeAttachmentSpec {
+                attacher: crate::CSI_DRIVER.to_owned(),
+                node_name: node.to_owned(),
+                source: VolumeAttachmentSource {
+                    persistent_volume_name: Some(pv.to_owned()),
+                    ..VolumeAttachmentSource::default()
+                },
+            },
+            status: Some(VolumeAttachmentStatus {
+                attached: true,
+                ..VolumeAttachmentStatus::default()
+            }),
+        };
+        let failed = |err: &kube::Error| {
+            bump(&self.counters.failed_requests);
+            tracing::warn!(node, attachment = name, error = %err, "sim kubelet: attaching a volume failed");
+        };
+        let current = match api.create(&PostParams::default(), &wanted).await {
+            Ok(created) => {
+                bump(&self.counters.volume_writes);
+                created
+            }
+            Err(err) if is_status(&err, 409) => match api.get(&name).await {
+                Ok(existing) => existing,
+                Err(err) => {
+                    failed(&err);
+                    return None;
+                }
+            },
+            Err(err) => {
+                failed(&err);
+                return None;
+            }
+        };
+        if current.status.as_ref().is_some_and(|s| s.attached) {
+            return Some(current);
+        }
+        let patch = Patch::Merge(json!({ "status": { "attached": true } }));
+        match api.patch_status(&name, &PatchParams::default(), &patch).await {
+            Ok(marked) => {
+                bump(&self.counters.volume_writes);
+                Some(marked)
+            }
+            Err(err) => {
+                failed(&err);
+                None
+            }
         }
     }
 
@@ -826,7 +1627,28 @@ impl Runner {
             Err(err) if is_status(&err, 409) => match self.nodes.get(name).await {
                 Ok(existing) if existing.metadata.deletion_timestamp.is_none() => {
                     tracing::debug!(node = name, "sim kubelet: existing node adopted");
-                    Some(existing)
+                    if existing
+                        .annotations()
+                        .get(AGENT_TERMINATES_PODS)
+                        .map(String::as_str)
+                        == Some("true")
+                    {
+                        return Some(existing);
+                    }
+                    // The adopted node says from now on that this kubelet ends its pods.
+                    let patch = json!({ "metadata": { "annotations": { AGENT_TERMINATES_PODS: "true" } } });
+                    match self
+                        .nodes
+                        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+                        .await
+                    {
+                        Ok(annotated) => Some(annotated),
+                        Err(err) => {
+                            bump(&self.counters.failed_requests);
+                            tracing::warn!(node = name, error = %err, "sim kubelet: annotating an adopted node failed");
+                            None
+                        }
+                    }
                 }
                 Ok(_) => None,
                 Err(err) => {
@@ -943,21 +1765,31 @@ fn observed_of(node: Node) -> Observed {
     }
 }
 
-/// Lists the nodes, then watches them, forwarding what it sees; lists again after a 410 or an error.
-async fn watch_nodes(api: Api<Node>, events: mpsc::Sender<NodeEvent>) {
+/// Lists the objects of a kind, then watches them, forwarding what it sees (wrapped by `wrap`); lists again after a
+/// 410 or an error.
+async fn watch_objects<K>(api: Api<K>, events: mpsc::Sender<Event>, wrap: fn(Seen<K>) -> Event)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + k8s_openapi::serde::de::DeserializeOwned
+        + Send
+        + 'static,
+{
+    let kind = K::plural(&()).into_owned();
     let pause = Duration::from_secs(1);
     'list: loop {
         let list = match api.list(&ListParams::default()).await {
             Ok(list) => list,
             Err(err) => {
-                tracing::warn!(error = %err, "sim kubelet: listing nodes failed");
+                tracing::warn!(error = %err, kind, "sim kubelet: listing failed");
                 tokio::time::sleep(pause).await;
                 continue;
             }
         };
         let mut version = list.metadata.resource_version.clone().unwrap_or_default();
         if events
-            .send(NodeEvent::Reset(list.items, version.parse().ok()))
+            .send(wrap(Seen::Reset(list.items, version.parse().ok())))
             .await
             .is_err()
         {
@@ -967,7 +1799,7 @@ async fn watch_nodes(api: Api<Node>, events: mpsc::Sender<NodeEvent>) {
             let stream = match api.watch(&WatchParams::default().timeout(290), &version).await {
                 Ok(stream) => stream,
                 Err(err) => {
-                    tracing::warn!(error = %err, "sim kubelet: watching nodes failed");
+                    tracing::warn!(error = %err, kind, "sim kubelet: watching failed");
                     tokio::time::sleep(pause).await;
                     continue 'list;
                 }
@@ -975,13 +1807,13 @@ async fn watch_nodes(api: Api<Node>, events: mpsc::Sender<NodeEvent>) {
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
                 let event = match event {
-                    Ok(WatchEvent::Added(node) | WatchEvent::Modified(node)) => {
-                        version = node.metadata.resource_version.clone().unwrap_or(version);
-                        NodeEvent::Applied(node)
+                    Ok(WatchEvent::Added(object) | WatchEvent::Modified(object)) => {
+                        version = object.meta().resource_version.clone().unwrap_or(version);
+                        Seen::Applied(object)
                     }
-                    Ok(WatchEvent::Deleted(node)) => {
-                        version = node.metadata.resource_version.clone().unwrap_or(version);
-                        NodeEvent::Deleted(node)
+                    Ok(WatchEvent::Deleted(object)) => {
+                        version = object.meta().resource_version.clone().unwrap_or(version);
+                        Seen::Deleted(object)
                     }
                     Ok(WatchEvent::Bookmark(bookmark)) => {
                         version = bookmark.metadata.resource_version;
@@ -989,18 +1821,18 @@ async fn watch_nodes(api: Api<Node>, events: mpsc::Sender<NodeEvent>) {
                     }
                     Ok(WatchEvent::Error(status)) => {
                         if status.code != 410 {
-                            tracing::warn!(status = ?status, "sim kubelet: node watch error");
+                            tracing::warn!(status = ?status, kind, "sim kubelet: watch error");
                             tokio::time::sleep(pause).await;
                         }
                         continue 'list;
                     }
                     Err(err) => {
-                        tracing::warn!(error = %err, "sim kubelet: node watch broke");
+                        tracing::warn!(error = %err, kind, "sim kubelet: watch broke");
                         tokio::time::sleep(pause).await;
                         continue 'list;
                     }
                 };
-                if events.send(event).await.is_err() {
+                if events.send(wrap(event)).await.is_err() {
                     return;
                 }
             }

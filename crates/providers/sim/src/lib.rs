@@ -19,6 +19,6 @@ pub mod sizes;
 pub use driver::{CALL_LOG_LENGTH, CSI_DRIVER, PROVIDER_ID_PREFIX, SimConfig, SimDriver, UserData, Vm};
 pub use faults::{Fault, FaultId, Faults, Latency, Target};
 pub use kubelet::{
-    HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, Kubelet, KubeletConfig, KubeletHandle, KubeletStats, MAX_PODS,
-    NODE_LEASE_NAMESPACE,
+    AGENT_TERMINATES_PODS, HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, Kubelet, KubeletConfig, KubeletHandle,
+    KubeletStats, MAX_PODS, NODE_LEASE_NAMESPACE,
 };
