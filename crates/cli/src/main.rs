@@ -305,6 +305,15 @@ async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
         Some(metrics),
         stopped_when(stopped.clone()),
     ));
+    let sets = tokio::spawn(mcm_controllers::machineset::run(
+        control.clone(),
+        mcm_controllers::machineset::Config {
+            namespace: args.namespace.clone(),
+            concurrency: args.concurrent_syncs,
+            resync: args.machine_safety_resync,
+        },
+        stopped_when(stopped.clone()),
+    ));
     let references = tokio::spawn(mcm_controllers::references::run(
         control,
         args.namespace.clone(),
@@ -316,6 +325,8 @@ async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
     controller
         .await
         .context("the machine controller stopped unexpectedly")?;
+    sets.await
+        .context("the machine set controller stopped unexpectedly")?;
     references
         .await
         .context("the class and secret finalizer controller stopped unexpectedly")?;

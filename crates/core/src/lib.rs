@@ -17,6 +17,8 @@
 //! - [`descriptions`]: every lastOperation description, written and parsed in one place;
 //! - [`finalizers`]: when MachineClasses and Secrets get or lose their finalizers;
 //! - [`migration`]: moving machines from a class of another kind to a `MachineClass` (spec 000);
+//! - [`machineset`]: the MachineSet controller's ownership, expectations, replicas, deletion order and status;
+//! - [`rollout`]: the MachineDeployment arithmetic (template hash, maxSurge/maxUnavailable, rolling update, scaling);
 //! - [`status`]: the planned status change shared by the decisions.
 
 pub mod creation;
@@ -25,11 +27,13 @@ pub mod descriptions;
 pub mod drain;
 pub mod finalizers;
 pub mod health;
+pub mod machineset;
 pub mod migration;
 pub mod nodesync;
 mod quantity;
 pub mod remediation;
 pub mod retry_policy;
+pub mod rollout;
 pub mod status;
 pub mod timeouts;
 pub mod userdata;

@@ -1,0 +1,348 @@
+//! The MachineSet controller, the acting half of `mcm_core::machineset`: claim machines (adopt matching orphans,
+//! release those that stopped matching), ask `decide` for the pass, delete and create machines (slow-start
+//! batches, expectations raised so that a lagging cache never yields an extra machine), propagate the template to
+//! existing machines, and write the status only when it changes.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use futures::{FutureExt, StreamExt, future::join_all};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
+    runtime::{
+        Controller, WatchStreamExt,
+        controller::Action,
+        reflector::{self, ObjectRef, Store},
+        watcher,
+    },
+};
+use mcm_api::{Machine, MachineDeployment, MachineSet, keys};
+use mcm_core::machineset::{
+    self, Expectations, MachineSetInput, ManageResult, ReplicaFailure, ReplicaFailureReason,
+};
+use serde_json::json;
+
+use crate::events::{EventType, Recorder};
+
+/// How the MachineSet controller runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The namespace of the sets and machines.
+    pub namespace: String,
+    /// Sets reconciled at once.
+    pub concurrency: u16,
+    /// How often a set is looked at again without a change.
+    pub resync: Duration,
+}
+
+/// What can fail while acting.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A request to the API server failed.
+    #[error("API request failed: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+struct Context {
+    client: Client,
+    config: Config,
+    machines: Store<Machine>,
+    expectations: std::sync::Mutex<BTreeMap<String, Expectations>>,
+    recorder: Recorder,
+}
+
+impl Context {
+    fn sets(&self) -> Api<MachineSet> {
+        Api::namespaced(self.client.clone(), &self.config.namespace)
+    }
+
+    fn machine_api(&self) -> Api<Machine> {
+        Api::namespaced(self.client.clone(), &self.config.namespace)
+    }
+
+    fn with_expectations<T>(&self, set: &str, f: impl FnOnce(&mut Expectations) -> T) -> T {
+        let mut all = self
+            .expectations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(all.entry(set.to_owned()).or_default())
+    }
+}
+
+/// Runs the MachineSet controller until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let namespace = config.namespace.clone();
+    let controller = Controller::new(
+        Api::<MachineSet>::namespaced(client.clone(), &namespace),
+        watcher::Config::default(),
+    );
+    let sets = controller.store();
+    let (machines, writer) = reflector::store::<Machine>();
+    let machine_stream = watcher(
+        Api::<Machine>::namespaced(client.clone(), &namespace),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .touched_objects();
+    let mapper_namespace = namespace.clone();
+    let by_machine = move |machine: Machine| -> Vec<ObjectRef<MachineSet>> {
+        if let Some(owner) = machineset::controller_ref(&machine) {
+            if owner.kind == machineset::MACHINE_SET_KIND {
+                return vec![ObjectRef::new(&owner.name).within(&mapper_namespace)];
+            }
+            return Vec::new();
+        }
+        // An orphan: the sets that would adopt it.
+        sets.state()
+            .iter()
+            .filter(|set| machineset::selects(set, &machine))
+            .map(|set| ObjectRef::from_obj(&**set))
+            .collect()
+    };
+    let context = Arc::new(Context {
+        recorder: Recorder::new(client.clone(), "machineset-controller"),
+        client,
+        config: config.clone(),
+        machines,
+        expectations: std::sync::Mutex::default(),
+    });
+    controller
+        .watches_stream(machine_stream, by_machine)
+        .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, context)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(error = %err, "machine set reconcile ended with an error");
+            }
+        })
+        .await;
+}
+
+#[allow(clippy::needless_pass_by_value)] // the signature is kube-runtime's
+fn error_policy(set: Arc<MachineSet>, error: &Error, _: Arc<Context>) -> Action {
+    tracing::warn!(set = %set.name_any(), error = %error, "machine set reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// The delete-policy annotation of the set's MachineDeployment, if it is owned by one.
+async fn deployment_delete_policy(set: &MachineSet, ctx: &Context) -> Option<String> {
+    let owner = set
+        .owner_references()
+        .iter()
+        .find(|r| r.controller == Some(true) && r.kind == "MachineDeployment")?;
+    let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let deployment = api.get_opt(&owner.name).await.ok().flatten()?;
+    deployment
+        .annotations()
+        .get(keys::extensions::DELETE_POLICY)
+        .cloned()
+}
+
+#[allow(clippy::too_many_lines)] // the order of the acts is the contract of MachineSetPlan; one place reads best
+async fn reconcile(set: Arc<MachineSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if ctx.machines.wait_until_ready().now_or_never().is_none() {
+        return Ok(Action::requeue(Duration::from_millis(100)));
+    }
+    let name = set.name_any();
+    let now = jiff::Timestamp::now();
+    let all = ctx.machines.state();
+    let claims = machineset::claim_machines(&set, all.iter().map(|m| &**m));
+    let mut owned: Vec<&Machine> = claims.owned.clone();
+    for machine in &claims.adopt {
+        match ctx
+            .machine_api()
+            .patch(
+                &machine.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(machineset::adoption_patch(&set, machine)),
+            )
+            .await
+        {
+            Ok(_) => owned.push(machine),
+            Err(err) => {
+                tracing::warn!(set = %name, machine = %machine.name_any(), error = %err, "adoption failed");
+            }
+        }
+    }
+    for machine in &claims.release {
+        let _ = ctx
+            .machine_api()
+            .patch(
+                &machine.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(machineset::release_patch(&set, machine)),
+            )
+            .await;
+    }
+    let expectations = ctx.with_expectations(&name, |e| {
+        e.observe(all.iter().map(|m| &**m));
+        e.expire(now);
+        e.clone()
+    });
+    let policy = deployment_delete_policy(&set, &ctx).await;
+    let plan = machineset::decide(&MachineSetInput {
+        set: &set,
+        machines: &owned,
+        expectations: &expectations,
+        deployment_delete_policy: policy.as_deref(),
+        now,
+        random: rand::random(),
+    });
+    if let Some(problem) = &plan.policy_problem {
+        ctx.recorder
+            .record(
+                &*set,
+                EventType::Warning,
+                "InvalidDeletePolicy",
+                &problem.to_string(),
+            )
+            .await;
+    }
+    for hold in &plan.holds {
+        if let machineset::Hold::Invalid(_) = hold {
+            ctx.recorder
+                .record(&*set, EventType::Warning, "InvalidSpec", &hold.to_string())
+                .await;
+        }
+    }
+    if plan.add_finalizer {
+        let mut list = set.finalizers().to_vec();
+        list.push(keys::finalizers::MACHINE_CONTROLLER_MANAGER.to_owned());
+        ctx.sets()
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({ "metadata": { "finalizers": list, "resourceVersion": set.resource_version() } }),
+                ),
+            )
+            .await?;
+        // The set's own change reconciles it again, with the finalizer in place.
+        return Ok(Action::await_change());
+    }
+    for patch in &plan.propagate {
+        ctx.machine_api()
+            .patch(
+                &patch.name,
+                &PatchParams::default(),
+                &Patch::Merge(patch.patch.clone()),
+            )
+            .await?;
+    }
+    let mut result = if plan.delete.is_empty() && plan.create == 0 {
+        ManageResult::NotRun
+    } else {
+        ManageResult::Succeeded
+    };
+    for deletion in &plan.delete {
+        ctx.with_expectations(&name, |e| e.expect_deletion(deletion.name.clone(), now));
+        match ctx
+            .machine_api()
+            .delete(&deletion.name, &DeleteParams::default())
+            .await
+        {
+            Ok(_) => {
+                ctx.recorder
+                    .record(
+                        &*set,
+                        EventType::Normal,
+                        "SuccessfulDelete",
+                        &format!("Deleted machine {} ({})", deletion.name, deletion.reason.as_str()),
+                    )
+                    .await;
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(err) => {
+                ctx.with_expectations(&name, |e| e.deletion_failed(&deletion.name));
+                result = ManageResult::Failed(ReplicaFailure {
+                    reason: ReplicaFailureReason::FailedDelete,
+                    message: err.to_string(),
+                });
+            }
+        }
+    }
+    if plan.create > 0 {
+        let template = machineset::machine_to_create(&set);
+        let machines = ctx.machine_api();
+        let params = PostParams::default();
+        'batches: for batch in &plan.create_batches {
+            let calls = (0..*batch).map(|_| machines.create(&params, &template));
+            let mut failed = false;
+            for created in join_all(calls).await {
+                match created {
+                    Ok(machine) => {
+                        let machine_name = machine.name_any();
+                        ctx.with_expectations(&name, |e| e.expect_creation(machine_name.clone(), now));
+                        ctx.recorder
+                            .record(
+                                &*set,
+                                EventType::Normal,
+                                "SuccessfulCreate",
+                                &format!("Created machine {machine_name}"),
+                            )
+                            .await;
+                    }
+                    Err(err) => {
+                        if !matches!(&err, kube::Error::Api(_)) {
+                            // The outcome is unknown (the machine may exist): wait rather than risk a second one.
+                            ctx.with_expectations(&name, |e| e.expect_unknown_creation(now));
+                        }
+                        ctx.recorder
+                            .record(&*set, EventType::Warning, "FailedCreate", &err.to_string())
+                            .await;
+                        result = ManageResult::Failed(ReplicaFailure {
+                            reason: ReplicaFailureReason::FailedCreate,
+                            message: err.to_string(),
+                        });
+                        failed = true;
+                    }
+                }
+            }
+            if failed {
+                break 'batches;
+            }
+        }
+    }
+    if plan.remove_finalizer {
+        let list: Vec<&String> = set
+            .finalizers()
+            .iter()
+            .filter(|f| *f != keys::finalizers::MACHINE_CONTROLLER_MANAGER)
+            .collect();
+        ctx.sets()
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({ "metadata": { "finalizers": list, "resourceVersion": set.resource_version() } }),
+                ),
+            )
+            .await?;
+        if let Ok(mut all) = ctx.expectations.lock() {
+            all.remove(&name);
+        }
+        return Ok(Action::await_change());
+    }
+    let status = machineset::status(&set, &owned, &result, now);
+    if status.update.changes(set.status.as_ref()) {
+        ctx.sets()
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(status.update.merge_patch()),
+            )
+            .await?;
+    }
+    let requeue = [plan.requeue_after, status.recheck_after, Some(ctx.config.resync)]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(ctx.config.resync);
+    Ok(Action::requeue(requeue))
+}
