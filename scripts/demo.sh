@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The main job until `mcm up` exists: build mcm, start the embedded API server and the machine controller (with the
 # sim provider, whose simulated kubelets register the nodes), apply the example manifests with kubectl, wait for the
-# single Machine to run, and show everything with its printer columns. The MachineSet gets its machines; the
-# MachineDeployment has no controller yet (issue 7), so it gets none.
+# single Machine to run, and show everything with its printer columns. The MachineSet and the MachineDeployment
+# get their machines from their controllers.
 # Usage: scripts/demo.sh [DATA_DIR]   (default: a fresh temporary directory; the server is stopped at the end)
 set -euo pipefail
 cd "$(dirname "$0")/.."

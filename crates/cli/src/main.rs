@@ -241,6 +241,7 @@ async fn client_from(path: &std::path::Path) -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).context("building the client")
 }
 
+#[allow(clippy::too_many_lines)] // flags to settings, then one spawn per controller: flat and in one place
 async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
     let control = client_from(&args.control_kubeconfig).await?;
     let target = match args.target_kubeconfig.as_deref() {
@@ -314,6 +315,15 @@ async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
         },
         stopped_when(stopped.clone()),
     ));
+    let deployments = tokio::spawn(mcm_controllers::machinedeployment::run(
+        control.clone(),
+        mcm_controllers::machinedeployment::Config {
+            namespace: args.namespace.clone(),
+            concurrency: args.concurrent_syncs,
+            resync: args.machine_safety_resync,
+        },
+        stopped_when(stopped.clone()),
+    ));
     let references = tokio::spawn(mcm_controllers::references::run(
         control,
         args.namespace.clone(),
@@ -325,6 +335,9 @@ async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
     controller
         .await
         .context("the machine controller stopped unexpectedly")?;
+    deployments
+        .await
+        .context("the machine deployment controller stopped unexpectedly")?;
     sets.await
         .context("the machine set controller stopped unexpectedly")?;
     references

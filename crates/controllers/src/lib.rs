@@ -5,6 +5,7 @@ pub mod deletion;
 pub mod drain;
 pub mod events;
 pub mod machine;
+pub mod machinedeployment;
 pub mod machineset;
 pub mod metrics;
 pub mod migration;

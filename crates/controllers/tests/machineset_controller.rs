@@ -14,9 +14,9 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
     runtime::{WatchStreamExt, watcher},
 };
-use mcm_api::{Machine, MachineClass, MachinePhase, MachineSet};
+use mcm_api::{Machine, MachineClass, MachineDeployment, MachinePhase, MachineSet};
 use mcm_apiserver::{ApiServer, Config as ServerConfig};
-use mcm_controllers::{machine, machineset};
+use mcm_controllers::{machine, machinedeployment, machineset};
 use mcm_provider_sim::{Kubelet, KubeletConfig, KubeletHandle, SimConfig, SimDriver};
 use serde_json::json;
 use tokio::sync::watch;
@@ -82,6 +82,15 @@ impl Harness {
                 concurrency: 4,
                 resync: Duration::from_mins(10),
             },
+            stopped(rx.clone()),
+        ));
+        let deployments = tokio::spawn(machinedeployment::run(
+            client.clone(),
+            machinedeployment::Config {
+                namespace: "default".into(),
+                concurrency: 4,
+                resync: Duration::from_mins(10),
+            },
             stopped(rx),
         ));
         let h = Self {
@@ -91,7 +100,7 @@ impl Harness {
             driver,
             kubelet: Some(kubelet),
             stop,
-            tasks: vec![machines, sets],
+            tasks: vec![machines, sets, deployments],
         };
         h.create_class().await;
         h
@@ -137,6 +146,17 @@ impl Harness {
         .unwrap();
         Api::<MachineClass>::namespaced(self.client.clone(), "default")
             .create(&PostParams::default(), &class)
+            .await
+            .unwrap();
+        let medium: MachineClass = serde_json::from_value(json!({
+            "metadata": { "name": "medium" },
+            "provider": "sim",
+            "providerSpec": { "vmPool": "pool-a", "size": "medium", "tags": { "kubernetes.io/cluster/c": "1" } },
+            "secretRef": { "name": "boot", "namespace": "default" }
+        }))
+        .unwrap();
+        Api::<MachineClass>::namespaced(self.client.clone(), "default")
+            .create(&PostParams::default(), &medium)
             .await
             .unwrap();
     }
@@ -308,5 +328,110 @@ async fn a_lagging_cache_never_yields_an_extra_machine() {
     .await;
     assert_eq!(*peak.lock().unwrap(), 5, "never more than 5 live machines");
     watcher_task.abort();
+    h.stop().await;
+}
+
+/// Spec 002 §12 / reference §6.3: a RollingUpdate never has more than `replicas + maxSurge` machines nor fewer than
+/// `replicas - maxUnavailable` Running ones, on every observed state, and ends with every machine on the new
+/// template and the old set scaled to zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_keeps_within_surge_and_unavailability() {
+    let h = Harness::start(Duration::ZERO).await;
+    let deployments: Api<MachineDeployment> = Api::namespaced(h.client.clone(), "default");
+    let deployment: MachineDeployment = serde_json::from_value(json!({
+        "metadata": { "name": "pool" },
+        "spec": {
+            "replicas": 4,
+            "selector": { "matchLabels": { "pool": "rolling" } },
+            "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 1 } },
+            "template": {
+                "metadata": { "labels": { "pool": "rolling" } },
+                "spec": { "class": { "kind": "MachineClass", "name": "small" } }
+            }
+        }
+    }))
+    .unwrap();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    eventually("four Running machines of the small class", || async {
+        let machines = h.live_machines().await;
+        (machines.len() == 4 && machines.iter().all(|m| m.phase() == Some(MachinePhase::Running)))
+            .then_some(())
+    })
+    .await;
+
+    // Watch every machine version from here: total and Running counts at each observed state.
+    let bounds = Arc::new(Mutex::new((0usize, usize::MAX)));
+    let seen = bounds.clone();
+    let api = h.machines();
+    let watch = tokio::spawn(async move {
+        let (store, writer) = kube::runtime::reflector::store::<Machine>();
+        let mut stream = watcher(api, watcher::Config::default())
+            .reflect(writer)
+            .applied_objects()
+            .boxed();
+        let mut started = false;
+        while stream.next().await.is_some() {
+            let state = store.state();
+            let live = state.iter().filter(|m| m.metadata.deletion_timestamp.is_none());
+            let total = live.clone().count();
+            let running = live.filter(|m| m.phase() == Some(MachinePhase::Running)).count();
+            // The initial list fills the store one object at a time: count from the first complete picture on.
+            if total < 4 && !started {
+                continue;
+            }
+            started = true;
+            let mut bounds = seen.lock().unwrap();
+            bounds.0 = bounds.0.max(total);
+            bounds.1 = bounds.1.min(running);
+        }
+    });
+    deployments
+        .patch(
+            "pool",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "template": { "spec": { "class": { "name": "medium" } } } } })),
+        )
+        .await
+        .unwrap();
+    eventually("four Running machines of the medium class", || async {
+        let machines = h.machines().list(&ListParams::default()).await.unwrap().items;
+        (machines.len() == 4
+            && machines
+                .iter()
+                .all(|m| m.spec.class.name == "medium" && m.phase() == Some(MachinePhase::Running)))
+        .then_some(())
+    })
+    .await;
+    let deployment = eventually("the deployment's status", || async {
+        let d = deployments.get("pool").await.unwrap();
+        d.status
+            .as_ref()
+            .is_some_and(|s| s.updated_replicas == 4 && s.available_replicas == 4 && s.replicas == 4)
+            .then_some(d)
+    })
+    .await;
+    let sets = h.sets().list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(sets.len(), 2, "the new set and the old one, kept as history");
+    assert!(
+        sets.iter().any(|s| s.spec.replicas == 0),
+        "the old set is scaled to zero"
+    );
+    let (max_total, min_running) = *bounds.lock().unwrap();
+    watch.abort();
+    assert!(
+        max_total <= 5,
+        "total never above replicas + maxSurge: {max_total}"
+    );
+    assert!(
+        min_running >= 3,
+        "Running never below replicas - maxUnavailable: {min_running}"
+    );
+    assert_eq!(
+        deployment.status.unwrap().observed_generation,
+        deployment.metadata.generation.unwrap()
+    );
     h.stop().await;
 }
