@@ -19,6 +19,7 @@ use mcm_core::{
     ControllerSettings, Redactor,
     deletion::{self, DeletionAction, DeletionInput, DeletionWrite, NodeDeletion, StepOutcome},
     drain,
+    finalizers::FinalizerChange,
 };
 use mcm_driver::{DeleteMachineRequest, Driver, GetMachineStatusRequest};
 use serde_json::json;
@@ -322,20 +323,13 @@ impl Deletion<'_> {
             Ok(None) => return NodeDeletion::NotFound,
             Err(err) => return NodeDeletion::Failed(err.to_string()),
         };
-        let kept: Vec<&String> = current
-            .finalizers()
-            .iter()
-            .filter(|f| *f != keys::finalizers::NODE)
-            .collect();
-        if kept.len() != current.finalizers().len() {
-            let patch =
-                json!({ "metadata": { "finalizers": kept, "resourceVersion": current.resource_version() } });
-            if let Err(err) = api
+        if let Some(patch) =
+            crate::finalizer::patch(&current, keys::finalizers::NODE, FinalizerChange::Remove)
+            && let Err(err) = api
                 .patch(node, &PatchParams::default(), &Patch::Merge(patch))
                 .await
-            {
-                return NodeDeletion::Failed(format!("removing the node finalizer: {err}"));
-            }
+        {
+            return NodeDeletion::Failed(format!("removing the node finalizer: {err}"));
         }
         match api.delete(node, &DeleteParams::default()).await {
             Ok(_) => NodeDeletion::Deleted,
@@ -345,13 +339,13 @@ impl Deletion<'_> {
     }
 
     async fn remove_finalizer(&self, machine: &Machine) -> Result<(), kube::Error> {
-        let kept: Vec<&String> = machine
-            .finalizers()
-            .iter()
-            .filter(|f| *f != keys::finalizers::MACHINE_CONTROLLER_MANAGER)
-            .collect();
-        let patch =
-            json!({ "metadata": { "finalizers": kept, "resourceVersion": machine.resource_version() } });
+        let Some(patch) = crate::finalizer::patch(
+            machine,
+            keys::finalizers::MACHINE_CONTROLLER_MANAGER,
+            FinalizerChange::Remove,
+        ) else {
+            return Ok(());
+        };
         match self
             .machines
             .patch(&machine.name_any(), &PatchParams::default(), &Patch::Merge(patch))

@@ -49,13 +49,7 @@ pub struct Config {
     pub concurrency: u16,
 }
 
-/// What can fail while acting.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A request to an API server failed.
-    #[error("API request failed: {0}")]
-    Kube(#[from] kube::Error),
-}
+pub use crate::Error;
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -374,16 +368,11 @@ async fn write_status(ctx: &Context, machine: &Machine, update: &StatusUpdate) -
     Ok(())
 }
 
-/// Whether the class, secret and node caches have synced (without waiting: see `reconcile`). Nothing may await
-/// `wait_until_ready` on these stores: each poll of it replaces the waker of the poll before.
+/// Whether the class, secret and node caches have synced (without waiting: see [`crate::cache::synced`]).
 fn caches_ready(ctx: &Context) -> bool {
-    use futures::FutureExt;
-    ctx.classes.wait_until_ready().now_or_never().is_some()
-        && ctx.secrets.wait_until_ready().now_or_never().is_some()
-        && ctx
-            .nodes
-            .as_ref()
-            .is_none_or(|nodes| nodes.wait_until_ready().now_or_never().is_some())
+    crate::cache::synced(&ctx.classes)
+        && crate::cache::synced(&ctx.secrets)
+        && ctx.nodes.as_ref().is_none_or(crate::cache::synced)
 }
 
 async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -453,12 +442,7 @@ async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, E
     let node = node_name.as_deref().and_then(|n| ctx.node(n));
     let mut requeue = None;
     if ctx.target.is_some() {
-        let wants_token = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(keys::user_data::KEY))
-            .is_some_and(|user_data| userdata::wants_bootstrap_token(&user_data.0));
-        requeue = check_health(&machine, node.as_deref(), wants_token, &ctx, now).await?;
+        requeue = check_health(&machine, &class, &secret, node.as_deref(), &ctx, now).await?;
         if let Some(node) = &node {
             sync_node(&machine, &class, node, &ctx).await?;
         }
@@ -819,19 +803,13 @@ fn outcome_failed(outcome: &CallOutcome) -> bool {
 
 /// Whether the provider says the machine's recorded VM does not exist (GetMachineStatus NotFound). Any other answer,
 /// errors included, is not taken as a vanished VM.
-async fn vm_vanished(machine: &Machine, ctx: &Context) -> bool {
-    let Some(class) = ctx
-        .classes
-        .get(&ObjectRef::new(&machine.spec.class.name).within(&ctx.config.namespace))
-    else {
-        return false;
-    };
-    let (secret, _) = merged_secret(ctx, &class);
+async fn vm_vanished(machine: &Machine, class: &MachineClass, secret: &Secret, ctx: &Context) -> bool {
+    let (machine, machine_class, secret) = request_parts(machine, class, secret);
     let result = ctx
         .driver
         .get_machine_status(&GetMachineStatusRequest {
-            machine: machine.clone(),
-            machine_class: (*class).clone(),
+            machine,
+            machine_class,
             secret,
         })
         .await;
@@ -840,8 +818,9 @@ async fn vm_vanished(machine: &Machine, ctx: &Context) -> bool {
 
 async fn check_health(
     machine: &Machine,
+    class: &MachineClass,
+    secret: &Secret,
     node: Option<&Node>,
-    wants_token: bool,
     ctx: &Context,
     now: jiff::Timestamp,
 ) -> Result<Option<Duration>, Error> {
@@ -857,7 +836,10 @@ async fn check_health(
     let turning_unknown = status.as_ref().and_then(StatusUpdate::phase)
         == Some(mcm_api::MachinePhase::Unknown)
         && machine.phase() != Some(mcm_api::MachinePhase::Unknown);
-    if turning_unknown && !machine.spec.provider_id.is_empty() && vm_vanished(machine, ctx).await {
+    if turning_unknown
+        && !machine.spec.provider_id.is_empty()
+        && vm_vanished(machine, class, secret, ctx).await
+    {
         status = Some(creation::vanished_status(machine, now));
     }
     // Held until the Failed phase is written (docs/machine-controller-decisions.md: serialize remediation).
@@ -918,6 +900,11 @@ async fn check_health(
     if let Some(join) = &plan.first_join {
         // The join duration is in the Running lastOperation's description; the reference's annotation
         // `machine-join-duration` would be a sixth write per machine (docs/machine-controller.md).
+        let wants_token = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(keys::user_data::KEY))
+            .is_some_and(|user_data| userdata::wants_bootstrap_token(&user_data.0));
         if let Some(target) = &ctx.target
             && wants_token
         {

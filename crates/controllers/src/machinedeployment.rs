@@ -6,7 +6,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference, Time};
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -38,13 +38,7 @@ pub struct Config {
     pub resync: Duration,
 }
 
-/// What can fail while acting.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A request to the API server failed.
-    #[error("API request failed: {0}")]
-    Kube(#[from] kube::Error),
-}
+pub use crate::Error;
 
 struct Context {
     client: Client,
@@ -204,7 +198,7 @@ fn condition(
 
 #[allow(clippy::too_many_lines)] // the order of the acts is the contract of RolloutPlan; one place reads best
 async fn reconcile(deployment: Arc<MachineDeployment>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if ctx.sets.wait_until_ready().now_or_never().is_none() {
+    if !crate::cache::synced(&ctx.sets) {
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
     if deployment.metadata.deletion_timestamp.is_some() {

@@ -5,7 +5,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use futures::{FutureExt, StreamExt, future::join_all};
+use futures::{StreamExt, future::join_all};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
@@ -17,10 +17,10 @@ use kube::{
     },
 };
 use mcm_api::{Machine, MachineDeployment, MachineSet, keys};
+use mcm_core::finalizers::FinalizerChange;
 use mcm_core::machineset::{
     self, Expectations, MachineSetInput, ManageResult, ReplicaFailure, ReplicaFailureReason,
 };
-use serde_json::json;
 
 use crate::events::{EventType, Recorder};
 
@@ -35,13 +35,7 @@ pub struct Config {
     pub resync: Duration,
 }
 
-/// What can fail while acting.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A request to the API server failed.
-    #[error("API request failed: {0}")]
-    Kube(#[from] kube::Error),
-}
+pub use crate::Error;
 
 struct Context {
     client: Client,
@@ -146,7 +140,7 @@ async fn deployment_delete_policy(set: &MachineSet, ctx: &Context) -> Option<Str
 
 #[allow(clippy::too_many_lines)] // the order of the acts is the contract of MachineSetPlan; one place reads best
 async fn reconcile(set: Arc<MachineSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if ctx.machines.wait_until_ready().now_or_never().is_none() {
+    if !crate::cache::synced(&ctx.machines) {
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
     let name = set.name_any();
@@ -212,17 +206,15 @@ async fn reconcile(set: Arc<MachineSet>, ctx: Arc<Context>) -> Result<Action, Er
         }
     }
     if plan.add_finalizer {
-        let mut list = set.finalizers().to_vec();
-        list.push(keys::finalizers::MACHINE_CONTROLLER_MANAGER.to_owned());
-        ctx.sets()
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(
-                    json!({ "metadata": { "finalizers": list, "resourceVersion": set.resource_version() } }),
-                ),
-            )
-            .await?;
+        if let Some(patch) = crate::finalizer::patch(
+            &*set,
+            keys::finalizers::MACHINE_CONTROLLER_MANAGER,
+            FinalizerChange::Add,
+        ) {
+            ctx.sets()
+                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+        }
         // The set's own change reconciles it again, with the finalizer in place.
         return Ok(Action::await_change());
     }
@@ -310,20 +302,15 @@ async fn reconcile(set: Arc<MachineSet>, ctx: Arc<Context>) -> Result<Action, Er
         }
     }
     if plan.remove_finalizer {
-        let list: Vec<&String> = set
-            .finalizers()
-            .iter()
-            .filter(|f| *f != keys::finalizers::MACHINE_CONTROLLER_MANAGER)
-            .collect();
-        ctx.sets()
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(
-                    json!({ "metadata": { "finalizers": list, "resourceVersion": set.resource_version() } }),
-                ),
-            )
-            .await?;
+        if let Some(patch) = crate::finalizer::patch(
+            &*set,
+            keys::finalizers::MACHINE_CONTROLLER_MANAGER,
+            FinalizerChange::Remove,
+        ) {
+            ctx.sets()
+                .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+        }
         if let Ok(mut all) = ctx.expectations.lock() {
             all.remove(&name);
         }

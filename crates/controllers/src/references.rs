@@ -19,16 +19,9 @@ use kube::{
     },
 };
 use mcm_api::{Machine, MachineClass, keys};
-use mcm_core::finalizers::{self, FinalizerChange};
-use serde_json::json;
+use mcm_core::finalizers;
 
-/// What can fail.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// A request to the API server failed.
-    #[error("API request failed: {0}")]
-    Kube(#[from] kube::Error),
-}
+pub use crate::Error;
 
 struct Context {
     client: Client,
@@ -138,40 +131,16 @@ fn error_policy<K: Resource>(object: Arc<K>, error: &Error, _: Arc<Context>) -> 
     Action::requeue(Duration::from_secs(5))
 }
 
-/// The merge patch setting the finalizer list with the change applied, guarded by the resourceVersion so that a
-/// concurrent change of the list is never overwritten.
-fn finalizer_patch(
-    object: &impl Resource,
-    finalizer: &str,
-    change: FinalizerChange,
-) -> Option<serde_json::Value> {
-    let current = object.meta().finalizers.clone().unwrap_or_default();
-    let list: Vec<String> = match change {
-        FinalizerChange::Keep => return None,
-        FinalizerChange::Add => current.into_iter().chain([finalizer.to_owned()]).collect(),
-        FinalizerChange::Remove => current.into_iter().filter(|f| f != finalizer).collect(),
-    };
-    Some(json!({ "metadata": { "finalizers": list, "resourceVersion": object.meta().resource_version } }))
-}
-
-/// Whether a store has synced, without waiting: kube's `Store::wait_until_ready` wakes only the last of several
-/// concurrent waiters, so reconciles started together must not await it (docs/pitfalls.md).
-fn synced<K>(store: &Store<K>) -> bool
-where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    store.wait_until_ready().now_or_never().is_some()
-}
-
 async fn reconcile_class(class: Arc<MachineClass>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if !synced(&ctx.machines) {
+    if !crate::cache::synced(&ctx.machines) {
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
     let machines = ctx.machines.state();
     let machines: Vec<&Machine> = machines.iter().map(|m| &**m).collect();
     let change = finalizers::class_finalizer(&class, &machines);
-    if let Some(patch) = finalizer_patch(&*class, keys::finalizers::MACHINE_CONTROLLER_MANAGER, change) {
+    if let Some(patch) =
+        crate::finalizer::patch(&*class, keys::finalizers::MACHINE_CONTROLLER_MANAGER, change)
+    {
         let api: Api<MachineClass> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
         api.patch(&class.name_any(), &PatchParams::default(), &Patch::Merge(patch))
             .await?;
@@ -181,13 +150,13 @@ async fn reconcile_class(class: Arc<MachineClass>, ctx: Arc<Context>) -> Result<
 }
 
 async fn reconcile_secret(secret: Arc<Secret>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if !synced(&ctx.classes) {
+    if !crate::cache::synced(&ctx.classes) {
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
     let classes = ctx.classes.state();
     let classes: Vec<&MachineClass> = classes.iter().map(|c| &**c).collect();
     let change = finalizers::secret_finalizer(&secret, &classes);
-    if let Some(patch) = finalizer_patch(&*secret, keys::finalizers::SECRET, change) {
+    if let Some(patch) = crate::finalizer::patch(&*secret, keys::finalizers::SECRET, change) {
         let namespace = secret.namespace().unwrap_or_else(|| ctx.namespace.clone());
         let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
         api.patch(&secret.name_any(), &PatchParams::default(), &Patch::Merge(patch))
