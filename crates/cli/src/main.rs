@@ -101,6 +101,10 @@ struct RunArgs {
     /// a pod).
     #[arg(long, default_value = "0.0.0.0")]
     address: IpAddr,
+    /// While a rollout has old machines, annotate every node of the deployment
+    /// `cluster-autoscaler.kubernetes.io/scale-down-disabled=true` (removed again when it completes).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    autoscaler_scaledown_annotation_during_rollout: bool,
     /// Heartbeat interval of the sim provider's simulated kubelets.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     sim_heartbeat_interval: Duration,
@@ -300,7 +304,7 @@ async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
     tracing::info!(namespace = %args.namespace, provider = %args.provider, %address, "machine controller starting");
     let controller = tokio::spawn(mcm_controllers::machine::run_with_metrics(
         control.clone(),
-        target,
+        target.clone(),
         driver,
         config,
         Some(metrics),
@@ -317,10 +321,13 @@ async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
     ));
     let deployments = tokio::spawn(mcm_controllers::machinedeployment::run(
         control.clone(),
+        target.clone(),
         mcm_controllers::machinedeployment::Config {
             namespace: args.namespace.clone(),
             concurrency: args.concurrent_syncs,
             resync: args.machine_safety_resync,
+            autoscaler_scale_down_annotation_during_rollout: args
+                .autoscaler_scaledown_annotation_during_rollout,
         },
         stopped_when(stopped.clone()),
     ));

@@ -86,10 +86,10 @@ impl Harness {
         ));
         let deployments = tokio::spawn(machinedeployment::run(
             client.clone(),
+            Some(client.clone()),
             machinedeployment::Config {
-                namespace: "default".into(),
                 concurrency: 4,
-                resync: Duration::from_mins(10),
+                ..machinedeployment::Config::new("default")
             },
             stopped(rx),
         ));

@@ -21,6 +21,7 @@
 //! - [`rollout`]: the MachineDeployment arithmetic (template hash, maxSurge/maxUnavailable, rolling update, scaling);
 //! - [`status`]: the planned status change shared by the decisions.
 
+pub mod autoscaler;
 pub mod creation;
 pub mod deletion;
 pub mod descriptions;

@@ -1149,7 +1149,7 @@ fn propagated_view(
 
 /// The RFC 7386 merge patch that turns `old` into `new`: objects are diffed key by key (a key `new` lacks becomes
 /// `null`), anything else is replaced whole. `None` when they are equal.
-fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
+pub(crate) fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
     match (old, new) {
         (Value::Object(old), Value::Object(new)) => {
             let mut patch = Map::new();

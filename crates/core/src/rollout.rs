@@ -14,7 +14,7 @@ use std::{cmp::Ordering, collections::BTreeMap};
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::{apis::meta::v1::ObjectMeta, util::intstr::IntOrString};
 use mcm_api::{
-    MachineDeployment, MachineSet, MachineTemplateSpec, StrategyType,
+    ConditionStatus, MachineDeployment, MachineSet, MachineTemplateSpec, StrategyType,
     keys::{annotations, labels},
     validation::check_int_or_percent,
 };
@@ -880,6 +880,248 @@ pub fn progress_deadline(deadline_seconds: Option<i32>, last_progress: Timestamp
         last_progress,
         std::time::Duration::from_secs(seconds),
     ))
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// The new set kept in line with the deployment
+// ---------------------------------------------------------------------------------------------------------------------
+
+/// Deployment annotations not handed down to its sets (the reference's skip list): kubectl's last-applied
+/// configuration, the replica and revision bookkeeping, the PreferNoSchedule mark, the manual unfreeze and the
+/// autoscaler's trigger list (which names machines, not sets).
+pub const NOT_COPIED_ANNOTATIONS: [&str; 8] = [
+    "kubectl.kubernetes.io/last-applied-configuration",
+    annotations::REVISION,
+    annotations::REVISION_HISTORY,
+    annotations::DESIRED_REPLICAS,
+    annotations::MAX_REPLICAS,
+    annotations::PREFER_NO_SCHEDULE,
+    annotations::UNFREEZE,
+    annotations::TRIGGER_DELETION_BY_MCM,
+];
+
+/// The annotations a set of `deployment` carries from it (Kubernetes' `copyDeploymentAnnotationsToReplicaSet`: all
+/// but [`NOT_COPIED_ANNOTATIONS`]).
+pub fn copied_annotations(deployment: &MachineDeployment) -> BTreeMap<String, String> {
+    deployment
+        .metadata
+        .annotations
+        .iter()
+        .flatten()
+        .filter(|(k, _)| !NOT_COPIED_ANNOTATIONS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// The merge patch that keeps the deployment's new set in line without a rollout (the reference's
+/// `getNewMachineSet` on an existing set): the [`copied_annotations`] added or overwritten (and the effective creation
+/// timeout removed when the deployment dropped it), `revision` when the set's is lower (a set reused by a rollback
+/// becomes the newest revision), no PreferNoSchedule mark, and the template's `nodeTemplate`, machine configuration
+/// and `class.kind` — the parts [`equal_ignore_hash`] ignores, which the set controller then hands to the existing
+/// machines. `None` when the set is already in line.
+pub fn new_set_sync(deployment: &MachineDeployment, set: &MachineSet, revision: i64) -> Option<Value> {
+    let theirs = set.metadata.annotations.clone().unwrap_or_default();
+    let mut wanted = copied_annotations(deployment);
+    if self::revision(set).is_none_or(|r| r < revision) {
+        wanted.insert(annotations::REVISION.to_owned(), revision.to_string());
+    }
+    let mut changes = serde_json::Map::new();
+    for (key, value) in wanted {
+        if theirs.get(&key) != Some(&value) {
+            changes.insert(key, Value::String(value));
+        }
+    }
+    for gone in [
+        annotations::EFFECTIVE_CREATION_TIMEOUT,
+        annotations::PREFER_NO_SCHEDULE,
+    ] {
+        let dropped = gone == annotations::PREFER_NO_SCHEDULE
+            || deployment
+                .metadata
+                .annotations
+                .as_ref()
+                .is_none_or(|a| !a.contains_key(gone));
+        if dropped && theirs.contains_key(gone) {
+            changes.insert(gone.to_owned(), Value::Null);
+        }
+    }
+    let view = |template: &MachineTemplateSpec| {
+        let spec = &template.spec;
+        let mut view = match serde_json::to_value(&spec.configuration) {
+            Ok(Value::Object(map)) => map,
+            _ => serde_json::Map::new(),
+        };
+        if let Some(node_template) = &spec.node_template {
+            view.insert(
+                "nodeTemplate".into(),
+                serde_json::to_value(node_template).unwrap_or(Value::Null),
+            );
+        }
+        view.insert("class".into(), serde_json::json!({ "kind": spec.class.kind }));
+        Value::Object(view)
+    };
+    let template_spec =
+        crate::machineset::merge_diff(&view(&set.spec.template), &view(&deployment.spec.template));
+    let mut patch = serde_json::Map::new();
+    if !changes.is_empty() {
+        patch.insert("metadata".into(), serde_json::json!({ "annotations": changes }));
+    }
+    if let Some(spec) = template_spec {
+        patch.insert("spec".into(), serde_json::json!({ "template": { "spec": spec } }));
+    }
+    (!patch.is_empty()).then_some(Value::Object(patch))
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// The Progressing condition
+// ---------------------------------------------------------------------------------------------------------------------
+
+/// The Progressing condition's reasons (the reference's, with `MachineSet` for `ReplicaSet`).
+pub mod reasons {
+    /// A new set was created for the current template.
+    pub const NEW_MACHINE_SET_CREATED: &str = "NewMachineSetCreated";
+    /// An existing set (a rollback's) became the new one.
+    pub const FOUND_NEW_MACHINE_SET: &str = "FoundNewMachineSet";
+    /// Machines moved since the last status.
+    pub const MACHINE_SET_UPDATED: &str = "MachineSetUpdated";
+    /// The rollout is complete.
+    pub const NEW_MACHINE_SET_AVAILABLE: &str = "NewMachineSetAvailable";
+    /// No progress within `progressDeadlineSeconds`.
+    pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+    /// `spec.paused` is set.
+    pub const DEPLOYMENT_PAUSED: &str = "DeploymentPaused";
+    /// `spec.paused` was cleared.
+    pub const DEPLOYMENT_RESUMED: &str = "DeploymentResumed";
+}
+
+/// What the controller saw for the Progressing condition.
+#[derive(Clone, Debug)]
+pub struct ProgressInput<'a> {
+    /// The deployment's current Progressing condition: status, reason, `lastUpdateTime`.
+    pub previous: Option<(ConditionStatus, &'a str, Option<Timestamp>)>,
+    /// `spec.paused`.
+    pub paused: bool,
+    /// The phase [`step`] reported.
+    pub phase: RolloutPhase,
+    /// The new set's name, if it exists.
+    pub new_set: Option<&'a str>,
+    /// This pass created the new set.
+    pub created: bool,
+    /// This pass made an existing set the new one (a rollback).
+    pub found: bool,
+    /// The counts of the status as last written.
+    pub before: StatusCounts,
+    /// The counts now.
+    pub after: StatusCounts,
+    /// `spec.progressDeadlineSeconds`.
+    pub deadline_seconds: Option<i32>,
+    /// The current time.
+    pub now: Timestamp,
+}
+
+/// The Progressing condition to write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgressCondition {
+    /// True, False or Unknown.
+    pub status: ConditionStatus,
+    /// One of [`reasons`].
+    pub reason: &'static str,
+    /// For people.
+    pub message: String,
+    /// `lastUpdateTime` becomes now even when status and reason stay (progress was made).
+    pub touch: bool,
+}
+
+/// Whether machines moved since the last status (Kubernetes' `DeploymentProgressing`): more updated, ready or
+/// available machines, or fewer old ones.
+pub fn made_progress(before: StatusCounts, after: StatusCounts) -> bool {
+    after.updated_replicas > before.updated_replicas
+        || after.replicas - after.updated_replicas < before.replicas - before.updated_replicas
+        || after.ready_replicas > before.ready_replicas
+        || after.available_replicas > before.available_replicas
+}
+
+/// The Progressing condition (Kubernetes' `checkPausedConditions` and `syncRolloutStatus`, as the reference): paused
+/// → Unknown/DeploymentPaused, and on resume Unknown/DeploymentResumed (a reported deadline is never overwritten by
+/// either); a created or found new set, or progress → True with `lastUpdateTime` now; complete → True/
+/// NewMachineSetAvailable; no progress for `progressDeadlineSeconds` since `lastUpdateTime` → False/
+/// ProgressDeadlineExceeded (no automatic rollback). `None` keeps the condition as it is.
+pub fn progressing(input: &ProgressInput<'_>) -> Option<ProgressCondition> {
+    let set = input.new_set.unwrap_or_default();
+    let previous_reason = input.previous.map(|(_, reason, _)| reason);
+    let timed_out = previous_reason == Some(reasons::PROGRESS_DEADLINE_EXCEEDED);
+    let condition = |status, reason, message: String, touch| {
+        Some(ProgressCondition {
+            status,
+            reason,
+            message,
+            touch,
+        })
+    };
+    if input.paused {
+        return (!timed_out && previous_reason != Some(reasons::DEPLOYMENT_PAUSED)).then(|| {
+            ProgressCondition {
+                status: ConditionStatus::Unknown,
+                reason: reasons::DEPLOYMENT_PAUSED,
+                message: "Deployment is paused.".into(),
+                touch: true,
+            }
+        });
+    }
+    if input.phase == RolloutPhase::Complete {
+        return condition(
+            ConditionStatus::True,
+            reasons::NEW_MACHINE_SET_AVAILABLE,
+            format!("MachineSet {set:?} has successfully progressed."),
+            false,
+        );
+    }
+    if input.created {
+        return condition(
+            ConditionStatus::True,
+            reasons::NEW_MACHINE_SET_CREATED,
+            format!("Created new MachineSet {set:?}."),
+            true,
+        );
+    }
+    if input.found {
+        return condition(
+            ConditionStatus::True,
+            reasons::FOUND_NEW_MACHINE_SET,
+            format!("Found new MachineSet {set:?}."),
+            true,
+        );
+    }
+    if previous_reason == Some(reasons::DEPLOYMENT_PAUSED) {
+        return condition(
+            ConditionStatus::Unknown,
+            reasons::DEPLOYMENT_RESUMED,
+            "Deployment is resumed.".into(),
+            true,
+        );
+    }
+    if made_progress(input.before, input.after) || input.previous.is_none() {
+        return condition(
+            ConditionStatus::True,
+            reasons::MACHINE_SET_UPDATED,
+            format!("MachineSet {set:?} is progressing."),
+            true,
+        );
+    }
+    let last = input.previous.and_then(|(_, _, at)| at);
+    if timed_out
+        || last
+            .and_then(|at| progress_deadline(input.deadline_seconds, at))
+            .is_some_and(|deadline| deadline <= input.now)
+    {
+        return condition(
+            ConditionStatus::False,
+            reasons::PROGRESS_DEADLINE_EXCEEDED,
+            format!("MachineSet {set:?} has timed out progressing."),
+            false,
+        );
+    }
+    None
 }
 
 #[cfg(test)]
@@ -1850,5 +2092,214 @@ mod tests {
             .filter(|m| m.metadata.deletion_timestamp.is_none())
             .count();
         assert_eq!(new_machines, 1);
+    }
+
+    // --- The new set kept in line, the Progressing condition ---------------------------------------------------------
+
+    fn md_with(template: MachineTemplateSpec, annotations: &[(&str, &str)]) -> MachineDeployment {
+        let mut md = MachineDeployment::default();
+        md.metadata.name = Some("md".into());
+        md.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        md.spec.template = template;
+        md
+    }
+
+    fn set_of(template: MachineTemplateSpec, annotations: &[(&str, &str)]) -> MachineSet {
+        let mut set = MachineSet::default();
+        set.metadata.name = Some("md-abcde".into());
+        set.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        );
+        set.spec.template = template;
+        set
+    }
+
+    #[test]
+    fn the_new_set_gets_node_template_configuration_and_annotations_without_a_new_set() {
+        let mut changed = template("a");
+        changed.spec.node_template = Some(NodeTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(BTreeMap::from([("zone".to_owned(), "eu-1".to_owned())])),
+                ..ObjectMeta::default()
+            }),
+            ..NodeTemplateSpec::default()
+        });
+        changed.spec.configuration.drain_timeout = Some(GoDuration("5m".into()));
+        assert!(
+            equal_ignore_hash(&changed, &template("a")),
+            "no rollout for these"
+        );
+        let md = md_with(
+            changed,
+            &[
+                ("team", "blue"),
+                (annotations::EFFECTIVE_CREATION_TIMEOUT, "30m"),
+                (annotations::TRIGGER_DELETION_BY_MCM, "m~2026-11-22T09:00:00Z"),
+                ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
+            ],
+        );
+        let set = set_of(template("a"), &[(annotations::REVISION, "2")]);
+        let patch = new_set_sync(&md, &set, 2).unwrap();
+        assert_eq!(
+            patch,
+            serde_json::json!({
+                "metadata": { "annotations": {
+                    "team": "blue",
+                    annotations::EFFECTIVE_CREATION_TIMEOUT: "30m",
+                } },
+                "spec": { "template": { "spec": {
+                    "nodeTemplate": { "metadata": { "labels": { "zone": "eu-1" } } },
+                    "drainTimeout": "5m",
+                } } }
+            })
+        );
+    }
+
+    #[test]
+    fn a_set_in_line_needs_no_write_and_a_reused_set_gets_the_newest_revision() {
+        let md = md_with(template("a"), &[("team", "blue")]);
+        let set = set_of(template("a"), &[("team", "blue"), (annotations::REVISION, "3")]);
+        assert_eq!(new_set_sync(&md, &set, 3), None);
+        assert_eq!(new_set_sync(&md, &set, 2), None, "a revision is never lowered");
+        let rolled_back = set_of(
+            template("a"),
+            &[
+                ("team", "blue"),
+                (annotations::REVISION, "1"),
+                (annotations::PREFER_NO_SCHEDULE, "True"),
+                (annotations::EFFECTIVE_CREATION_TIMEOUT, "30m"),
+            ],
+        );
+        assert_eq!(
+            new_set_sync(&md, &rolled_back, 4),
+            Some(serde_json::json!({ "metadata": { "annotations": {
+                annotations::REVISION: "4",
+                annotations::PREFER_NO_SCHEDULE: null,
+                annotations::EFFECTIVE_CREATION_TIMEOUT: null,
+            } } }))
+        );
+    }
+
+    fn counts(replicas: i32, updated: i32, ready: i32, available: i32) -> StatusCounts {
+        StatusCounts {
+            replicas,
+            updated_replicas: updated,
+            ready_replicas: ready,
+            available_replicas: available,
+            unavailable_replicas: 0,
+        }
+    }
+
+    fn progress_input(
+        previous: Option<(ConditionStatus, &str, Option<Timestamp>)>,
+        before: StatusCounts,
+        after: StatusCounts,
+        now: i64,
+    ) -> ProgressInput<'_> {
+        ProgressInput {
+            previous,
+            paused: false,
+            phase: RolloutPhase::Waiting,
+            new_set: Some("md-abcde"),
+            created: false,
+            found: false,
+            before,
+            after,
+            deadline_seconds: Some(600),
+            now: at(now),
+        }
+    }
+
+    #[test]
+    fn progress_touches_the_condition_and_standing_still_past_the_deadline_exceeds_it() {
+        let previous = Some((
+            ConditionStatus::True,
+            reasons::MACHINE_SET_UPDATED,
+            Some(at(1000)),
+        ));
+        let moved = progressing(&progress_input(
+            previous,
+            counts(4, 1, 3, 3),
+            counts(4, 2, 3, 3),
+            1100,
+        ))
+        .unwrap();
+        assert_eq!(
+            (moved.status, moved.reason, moved.touch),
+            (ConditionStatus::True, reasons::MACHINE_SET_UPDATED, true)
+        );
+        let still = counts(4, 1, 3, 3);
+        assert_eq!(progressing(&progress_input(previous, still, still, 1599)), None);
+        let exceeded = progressing(&progress_input(previous, still, still, 1600)).unwrap();
+        assert_eq!(
+            (exceeded.status, exceeded.reason),
+            (ConditionStatus::False, reasons::PROGRESS_DEADLINE_EXCEEDED)
+        );
+        let mut no_deadline = progress_input(previous, still, still, 100_000);
+        no_deadline.deadline_seconds = None;
+        assert_eq!(progressing(&no_deadline), None, "no deadline is an infinite one");
+        // Progress after the deadline makes it True again.
+        let exceeded = Some((
+            ConditionStatus::False,
+            reasons::PROGRESS_DEADLINE_EXCEEDED,
+            Some(at(1000)),
+        ));
+        assert_eq!(
+            progressing(&progress_input(exceeded, still, counts(4, 2, 3, 3), 2000)).map(|c| c.status),
+            Some(ConditionStatus::True)
+        );
+    }
+
+    #[test]
+    fn pause_and_resume_are_unknown_and_complete_is_true() {
+        let still = counts(4, 4, 4, 4);
+        let running = Some((ConditionStatus::True, reasons::MACHINE_SET_UPDATED, Some(at(0))));
+        let mut paused = progress_input(running, still, still, 10);
+        paused.paused = true;
+        let c = progressing(&paused).unwrap();
+        assert_eq!(
+            (c.status, c.reason),
+            (ConditionStatus::Unknown, reasons::DEPLOYMENT_PAUSED)
+        );
+        let already = Some((ConditionStatus::Unknown, reasons::DEPLOYMENT_PAUSED, Some(at(0))));
+        paused.previous = already;
+        assert_eq!(progressing(&paused), None, "written once");
+        let c = progressing(&progress_input(already, still, still, 20)).unwrap();
+        assert_eq!(
+            (c.status, c.reason),
+            (ConditionStatus::Unknown, reasons::DEPLOYMENT_RESUMED)
+        );
+        let exceeded = Some((
+            ConditionStatus::False,
+            reasons::PROGRESS_DEADLINE_EXCEEDED,
+            Some(at(0)),
+        ));
+        paused.previous = exceeded;
+        assert_eq!(
+            progressing(&paused),
+            None,
+            "pausing does not hide a stuck rollout"
+        );
+        let mut complete = progress_input(running, still, still, 30);
+        complete.phase = RolloutPhase::Complete;
+        let c = progressing(&complete).unwrap();
+        assert_eq!(
+            (c.status, c.reason, c.touch),
+            (ConditionStatus::True, reasons::NEW_MACHINE_SET_AVAILABLE, false)
+        );
+        let mut created = progress_input(running, still, still, 40);
+        created.created = true;
+        assert_eq!(
+            progressing(&created).unwrap().reason,
+            reasons::NEW_MACHINE_SET_CREATED
+        );
     }
 }

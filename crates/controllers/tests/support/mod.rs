@@ -1,7 +1,11 @@
 //! The harness of the machine lifecycle tests: one embedded API server (in memory, its own temporary directory and
 //! free port) per test, the sim provider with its kubelet, and the machine controller, which a test can stop, kill
 //! and start again against the same server and provider. Watchers record every version of the objects a test
-//! looks at ([`History`]), and every wait is a poll with a deadline.
+//! looks at ([`History`]), and every wait is a poll with a deadline. [`Cluster::start_set_controllers`] adds the
+//! MachineSet and MachineDeployment controllers.
+
+// Each test crate uses its own part of the harness.
+#![allow(dead_code)]
 
 use std::{
     collections::BTreeMap,
@@ -75,6 +79,7 @@ pub struct Cluster {
     pub faults: Faults,
     kubelet: Option<KubeletHandle>,
     controller: Option<RunningController>,
+    set_controllers: Vec<RunningController>,
     settings: ControllerSettings,
 }
 
@@ -118,6 +123,7 @@ impl Cluster {
             driver,
             kubelet: Some(kubelet),
             controller: None,
+            set_controllers: Vec::new(),
             settings,
         }
     }
@@ -148,6 +154,34 @@ impl Cluster {
         self.controller = Some(RunningController { stop, task });
     }
 
+    /// Starts the MachineSet and MachineDeployment controllers (the deployment controller with `config`, the node
+    /// cluster being the same server).
+    pub fn start_set_controllers(&mut self, config: mcm_controllers::machinedeployment::Config) {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(mcm_controllers::machineset::run(
+            self.client.clone(),
+            mcm_controllers::machineset::Config {
+                namespace: NAMESPACE.into(),
+                concurrency: 4,
+                resync: Duration::from_mins(10),
+            },
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        self.set_controllers.push(RunningController { stop, task });
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(mcm_controllers::machinedeployment::run(
+            self.client.clone(),
+            Some(self.client.clone()),
+            config,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        self.set_controllers.push(RunningController { stop, task });
+    }
+
     /// Stops the controller gracefully: reconciles in flight finish.
     pub async fn stop_controller(&mut self) {
         if let Some(controller) = self.controller.take() {
@@ -169,6 +203,10 @@ impl Cluster {
 
     /// Stops everything.
     pub async fn stop(mut self) {
+        for controller in self.set_controllers.drain(..) {
+            let _ = controller.stop.send(());
+            let _ = tokio::time::timeout(DEADLINE, controller.task).await;
+        }
         self.stop_controller().await;
         if let Some(kubelet) = self.kubelet.take() {
             kubelet.stop().await;
