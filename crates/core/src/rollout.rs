@@ -804,7 +804,7 @@ pub fn rollback_target<'a>(sets: &[&'a MachineSet], requested: i64) -> Option<&'
 }
 
 /// Old sets to delete to respect `revisionHistoryLimit` (reference `cleanupMachineDeployment`): with a limit, the
-/// oldest sets beyond it among those not being deleted — skipping any that still has replicas or machines, or whose
+/// oldest sets (by revision, then creation time) beyond it among those not being deleted — skipping any that still has replicas or machines, or whose
 /// status is behind its spec. No limit keeps every set (the reference's behaviour for an absent limit).
 pub fn history_to_clean_up<'a>(old: &[&'a MachineSet], limit: Option<i32>) -> Vec<&'a MachineSet> {
     let Some(limit) = limit else {
@@ -818,7 +818,13 @@ pub fn history_to_clean_up<'a>(old: &[&'a MachineSet], limit: Option<i32>) -> Ve
     let excess = alive
         .len()
         .saturating_sub(usize::try_from(limit.max(0)).unwrap_or(0));
-    alive.sort_by(|a, b| by_age(&SetView::of(a), &SetView::of(b)));
+    // Oldest revision first (Kubernetes sorts by revision): creation times have a one-second resolution, so two
+    // sets created within a second would otherwise go by name. Sets without a revision count as oldest.
+    alive.sort_by(|a, b| {
+        revision(a)
+            .cmp(&revision(b))
+            .then_with(|| by_age(&SetView::of(a), &SetView::of(b)))
+    });
     alive
         .into_iter()
         .take(excess)
@@ -2092,6 +2098,31 @@ mod tests {
             .filter(|m| m.metadata.deletion_timestamp.is_none())
             .count();
         assert_eq!(new_machines, 1);
+    }
+
+    #[test]
+    fn history_cleanup_goes_by_revision_when_sets_share_a_creation_second() {
+        let set = |name: &str, revision: i64| {
+            let mut s = MachineSet::default();
+            s.metadata.name = Some(name.into());
+            s.metadata.creation_timestamp = Some(Time(at(100)));
+            s.metadata.annotations = Some(BTreeMap::from([(
+                annotations::REVISION.to_owned(),
+                revision.to_string(),
+            )]));
+            s
+        };
+        // Names sort against revisions on purpose.
+        let (older, newer) = (set("pool-zzzzz", 1), set("pool-aaaaa", 2));
+        let gone: Vec<String> = history_to_clean_up(&[&newer, &older], Some(1))
+            .into_iter()
+            .map(|s| s.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(
+            gone,
+            vec!["pool-zzzzz".to_owned()],
+            "the older revision goes, the newer is kept"
+        );
     }
 
     // --- The new set kept in line, the Progressing condition ---------------------------------------------------------
