@@ -5,6 +5,8 @@ use std::{io::Write, net::IpAddr, path::PathBuf, sync::Arc, time::Duration};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+mod provider;
+
 /// A declarative manager of Kubernetes worker machines, compatible with machine.sapcloud.io/v1alpha1.
 #[derive(Debug, Parser)]
 #[command(name = "mcm", version, about, long_about = None)]
@@ -27,6 +29,8 @@ enum Command {
     /// Run the machine controller against any API server (a real cluster or `mcm apiserver`), with a built-in
     /// provider. Flags are named and defaulted as in the reference machine-controller.
     Run(Box<RunArgs>),
+    /// Providers out of process: `mcm provider sim serve` serves the sim provider over gRPC.
+    Provider(provider::ProviderArgs),
 }
 
 #[derive(Debug, Args)]
@@ -42,8 +46,24 @@ struct RunArgs {
     #[arg(long, default_value = "default")]
     namespace: String,
     /// The built-in provider to drive (`sim`: in-memory machines with a simulated kubelet on the target cluster).
-    #[arg(long, value_parser = ["sim"])]
-    provider: String,
+    #[arg(long, value_parser = ["sim"], required_unless_present = "provider_endpoint", conflicts_with = "provider_endpoint")]
+    provider: Option<String>,
+    /// Drive a provider out of process over gRPC instead: unix:///path/to.sock, or tcp://host:port with
+    /// --provider-tls-cert, --provider-tls-key and --provider-tls-ca.
+    #[arg(long)]
+    provider_endpoint: Option<String>,
+    /// The deadline of every call to an out-of-process provider.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    provider_call_timeout: Duration,
+    /// Client certificate (PEM) for a tcp:// provider endpoint.
+    #[arg(long, requires_all = ["provider_tls_key", "provider_tls_ca"])]
+    provider_tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long)]
+    provider_tls_key: Option<PathBuf>,
+    /// The CA (PEM) that signed the provider's certificate.
+    #[arg(long)]
+    provider_tls_ca: Option<PathBuf>,
     /// Machines reconciled at once.
     #[arg(long, default_value_t = 50)]
     concurrent_syncs: u16,
@@ -162,7 +182,7 @@ fn parse_share(text: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     mcm_api::GoDuration::new(text)
         .parse()
         .map_err(|err| err.to_string())
@@ -197,6 +217,7 @@ fn main() -> anyhow::Result<()> {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(run_controllers(*args))?;
         }
+        Command::Provider(args) => provider::main(args)?,
         Command::Apiserver(args) => {
             init_logging(&cli.log_format);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -236,7 +257,7 @@ async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn client_from(path: &std::path::Path) -> anyhow::Result<kube::Client> {
+pub(crate) async fn client_from(path: &std::path::Path) -> anyhow::Result<kube::Client> {
     let file =
         kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
     let config = kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
@@ -270,18 +291,50 @@ async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
     settings.retry.backoff_cap = args.machine_retry_backoff_cap;
     settings.remediation.max_concurrent_replacements = args.max_concurrent_replacements;
     settings.remediation.max_unhealthy_share = args.max_unhealthy_share;
-    let driver = mcm_provider_sim::SimDriver::new(mcm_provider_sim::SimConfig::default());
-    let kubelet = target.as_ref().map(|target| {
-        let config = mcm_provider_sim::KubeletConfig {
-            heartbeat_interval: args.sim_heartbeat_interval,
-            ..mcm_provider_sim::KubeletConfig::default()
-        };
-        mcm_provider_sim::Kubelet::start(&driver, target.clone(), config)
-    });
     let metrics = Arc::new(mcm_controllers::metrics::Metrics::new());
+    let (inner, provider_name, kubelet): (Arc<dyn mcm_driver::Driver>, String, _) =
+        if let Some(endpoint) = &args.provider_endpoint {
+            let endpoint: mcm_grpc::Endpoint = endpoint.parse().context("--provider-endpoint")?;
+            let tls = args.provider_tls_cert.clone().map(|cert| mcm_grpc::TlsFiles {
+                cert,
+                key: args.provider_tls_key.clone().unwrap_or_default(),
+                ca: args.provider_tls_ca.clone().unwrap_or_default(),
+            });
+            let grpc = mcm_grpc::GrpcDriver::new(
+                endpoint.clone(),
+                mcm_grpc::ClientOptions {
+                    call_timeout: args.provider_call_timeout,
+                    tls,
+                    ..mcm_grpc::ClientOptions::default()
+                },
+            )
+            .with_context(|| format!("--provider-endpoint {endpoint}"))?;
+            // The metrics name the provider as it names itself; one that is not up yet is found later by the
+            // calls' back-off, and named by its endpoint meanwhile.
+            let name = match tokio::time::timeout(Duration::from_secs(2), grpc.provider_info()).await {
+                Ok(Ok((info, _))) => info.name,
+                _ => endpoint.to_string(),
+            };
+            println!("mcm run: provider {name} at {endpoint}");
+            (Arc::new(grpc), name, None)
+        } else {
+            let driver = mcm_provider_sim::SimDriver::new(mcm_provider_sim::SimConfig::default());
+            let kubelet = target.as_ref().map(|target| {
+                let config = mcm_provider_sim::KubeletConfig {
+                    heartbeat_interval: args.sim_heartbeat_interval,
+                    ..mcm_provider_sim::KubeletConfig::default()
+                };
+                mcm_provider_sim::Kubelet::start(&driver, target.clone(), config)
+            });
+            (
+                Arc::new(driver),
+                args.provider.clone().unwrap_or_default(),
+                kubelet,
+            )
+        };
     let driver = Arc::new(mcm_controllers::metrics::MeteredDriver::new(
-        Arc::new(driver),
-        &args.provider,
+        inner,
+        &provider_name,
         metrics.clone(),
     ));
     let config = mcm_controllers::machine::Config {
@@ -301,7 +354,7 @@ async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
     .await
     .with_context(|| format!("serving metrics on {}:{}", args.address, args.port))?;
     println!("mcm run: metrics and health on http://{address} (/metrics, /healthz)");
-    tracing::info!(namespace = %args.namespace, provider = %args.provider, %address, "machine controller starting");
+    tracing::info!(namespace = %args.namespace, provider = %provider_name, %address, "machine controller starting");
     let controller = tokio::spawn(mcm_controllers::machine::run_with_metrics(
         control.clone(),
         target.clone(),
@@ -357,7 +410,7 @@ async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
+pub(crate) async fn wait_for_signal() -> anyhow::Result<()> {
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;
     tokio::select! {

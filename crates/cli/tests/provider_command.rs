@@ -1,0 +1,147 @@
+//! End to end: the sim provider out of process (`mcm provider sim serve` on a unix socket) driven by
+//! `mcm run --provider-endpoint`, against a real `mcm apiserver`, with kubectl and the example manifests; and a
+//! misconfigured provider failing fast with a message naming the variable (spec 000 "Configuration and Operation").
+
+mod support;
+
+use std::{
+    io::{Read, Write},
+    net::{SocketAddr, TcpStream},
+    path::PathBuf,
+    process::Command,
+    time::Duration,
+};
+
+use support::{Background, COMMAND_DEADLINE, CONDITION_DEADLINE, Server, arg, poll};
+
+fn example(file: &str) -> PathBuf {
+    mcm_testkit::shared_dir().join("examples/local").join(file)
+}
+
+fn get(address: SocketAddr, path: &str) -> String {
+    let mut stream = TcpStream::connect(address).expect("connect to mcm run");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("send the request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read the response");
+    response
+}
+
+#[test]
+fn the_example_machine_runs_through_a_provider_out_of_process() {
+    let server = Server::start("provider-grpc");
+    let socket = server.dir.join("provider.sock");
+    let endpoint = format!("unix://{}", socket.display());
+    let mut provider = Command::new(env!("CARGO_BIN_EXE_mcm"));
+    provider
+        .args(["provider", "sim", "serve", "--target-kubeconfig"])
+        .arg(server.kubeconfig())
+        .args(["--sim-heartbeat-interval", "1s"])
+        .env("MC_ENDPOINT", &endpoint);
+    let provider = Background::spawn(provider, "mcm provider sim serve".into());
+    provider.wait_for_stdout("the provider to serve", |out| out.contains("serving on"));
+
+    let mut run = Command::new(env!("CARGO_BIN_EXE_mcm"));
+    run.args(["run", "--control-kubeconfig"])
+        .arg(server.kubeconfig())
+        .args([
+            "--provider-endpoint",
+            &endpoint,
+            "--port",
+            "0",
+            "--address",
+            "127.0.0.1",
+        ]);
+    let run = Background::spawn(run, "mcm run".into());
+    let stdout = run.wait_for_stdout("the metrics address", |out| {
+        out.contains("metrics and health on http://")
+    });
+    assert!(
+        stdout.contains("provider sim at unix://"),
+        "the controller found the provider by name: {stdout}"
+    );
+    let address: SocketAddr = stdout
+        .split("metrics and health on http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|a| a.parse().ok())
+        .expect("an address");
+
+    for file in ["00-secret.yaml", "01-machine-class.yaml", "10-machine.yaml"] {
+        server.kubectl_ok(&["apply", "-f", arg(&example(file))]);
+    }
+    server.kubectl_ok(&[
+        "wait",
+        "--for=jsonpath={.status.currentStatus.phase}=Running",
+        "machine/single-machine",
+        "--timeout=60s",
+    ]);
+    let provider_id = server.kubectl_ok(&[
+        "get",
+        "machine",
+        "single-machine",
+        "-o",
+        "jsonpath={.spec.providerID}",
+    ]);
+    assert!(provider_id.starts_with("sim://"), "{provider_id}");
+    poll("the gRPC calls in /metrics", CONDITION_DEADLINE, || {
+        get(address, "/metrics")
+            .contains(r#"mcm_cloud_api_driver_request_duration_seconds_count{provider="sim",operation="CreateMachine"} 1"#)
+            .then_some(())
+    });
+
+    // Deleting goes through the provider too: the VM is gone and the machine with it.
+    server.kubectl_ok(&[
+        "delete",
+        "machine",
+        "single-machine",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    drop(run);
+    drop(provider);
+}
+
+#[test]
+fn a_provider_without_its_endpoint_exits_2_naming_the_variable() {
+    let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
+        .args(["provider", "sim", "serve"])
+        .env_remove("MC_ENDPOINT")
+        .output()
+        .expect("mcm runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("MC_ENDPOINT") && stderr.contains("required"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_tcp_provider_without_tls_files_exits_2_naming_the_variable() {
+    let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
+        .args(["provider", "sim", "serve"])
+        .env("MC_ENDPOINT", "tcp://127.0.0.1:0")
+        .env_remove("MC_TLS_CERT_FILE")
+        .output()
+        .expect("mcm runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("MC_TLS_CERT_FILE"), "{stderr}");
+}
+
+#[test]
+fn run_refuses_both_a_built_in_provider_and_an_endpoint() {
+    let started = std::time::Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
+        .args(["run", "--control-kubeconfig", "/nonexistent", "--provider", "sim"])
+        .args(["--provider-endpoint", "unix:///tmp/x.sock"])
+        .output()
+        .expect("mcm runs");
+    assert!(started.elapsed() < COMMAND_DEADLINE);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--provider-endpoint"), "{stderr}");
+}
