@@ -29,7 +29,8 @@ enum Command {
     /// Run the machine controller against any API server (a real cluster or `mcm apiserver`), with a built-in
     /// provider. Flags are named and defaulted as in the reference machine-controller.
     Run(Box<RunArgs>),
-    /// Providers out of process: `mcm provider sim serve` serves the sim provider over gRPC.
+    /// Providers out of process: `mcm provider sim serve` serves the sim provider over gRPC; `mcm provider test`
+    /// runs the conformance suite against any provider.
     Provider(provider::ProviderArgs),
 }
 

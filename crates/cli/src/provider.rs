@@ -23,6 +23,39 @@ enum ProviderCommand {
         #[command(subcommand)]
         command: SimCommand,
     },
+    /// Run the provider conformance suite against a live provider: identity and probe, CreateMachine (and its
+    /// idempotency), GetMachineStatus, ListMachines, InitializeMachine, an invalid providerSpec, error messages,
+    /// DeleteMachine (and its idempotency), NotFound after deletion, GetVolumeIDs. Creates and deletes machines
+    /// named <name-prefix>-<n> with the class given. Exit code 1 when a check fails.
+    Test(TestArgs),
+}
+
+#[derive(Debug, Args)]
+struct TestArgs {
+    /// The provider's endpoint (else MC_ENDPOINT): unix:///path/to.sock or tcp://host:port.
+    #[arg(long, env = "MC_ENDPOINT")]
+    endpoint: String,
+    /// A valid MachineClass of the provider (YAML or JSON file).
+    #[arg(long)]
+    class: PathBuf,
+    /// The class's Secret (YAML or JSON file; never printed).
+    #[arg(long)]
+    secret: PathBuf,
+    /// Machines are named <name-prefix>-<n>.
+    #[arg(long, default_value = "mcm-conformance")]
+    name_prefix: String,
+    /// The deadline of each call.
+    #[arg(long, default_value = "1m", value_parser = crate::parse_duration)]
+    call_timeout: Duration,
+    /// Client certificate (PEM) for a tcp:// endpoint.
+    #[arg(long, requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// The CA (PEM) of the provider's certificate.
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -69,7 +102,49 @@ pub fn main(args: ProviderArgs) -> anyhow::Result<()> {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(serve_sim(args, env))
         }
+        ProviderCommand::Test(args) => {
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            if !runtime.block_on(conformance(args))? {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
     }
+}
+
+/// Reads a Kubernetes object from a YAML or JSON file, naming the file in errors.
+fn read_object<T: serde::de::DeserializeOwned>(path: &std::path::Path, what: &str) -> anyhow::Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("--{what}: reading {}", path.display()))?;
+    serde_saphyr::from_str(&text)
+        .with_context(|| format!("--{what}: {} is not a valid {what}", path.display()))
+}
+
+async fn conformance(args: TestArgs) -> anyhow::Result<bool> {
+    let endpoint: mcm_grpc::Endpoint = args.endpoint.parse().context("--endpoint")?;
+    let input = mcm_grpc::conformance::Input {
+        class: read_object(&args.class, "class")?,
+        secret: read_object(&args.secret, "secret")?,
+        name_prefix: args.name_prefix,
+    };
+    let tls = args.tls_cert.map(|cert| mcm_grpc::TlsFiles {
+        cert,
+        key: args.tls_key.unwrap_or_default(),
+        ca: args.tls_ca.unwrap_or_default(),
+    });
+    let driver = mcm_grpc::GrpcDriver::new(
+        endpoint.clone(),
+        mcm_grpc::ClientOptions {
+            call_timeout: args.call_timeout,
+            tls,
+            ..mcm_grpc::ClientOptions::default()
+        },
+    )
+    .with_context(|| format!("--endpoint {endpoint}"))?;
+    println!("mcm provider test: {endpoint}");
+    let checks = mcm_grpc::conformance::run(&driver, &input).await;
+    print!("{}", mcm_grpc::conformance::render(&checks));
+    Ok(mcm_grpc::conformance::passed(&checks))
 }
 
 fn init_provider_logging(env: &ProviderEnv) {

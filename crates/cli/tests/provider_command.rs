@@ -145,3 +145,61 @@ fn run_refuses_both_a_built_in_provider_and_an_endpoint() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("--provider-endpoint"), "{stderr}");
 }
+
+#[test]
+fn the_sim_provider_passes_the_conformance_suite() {
+    let dir = std::env::temp_dir().join(format!("mcm-e2e-conformance-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a test directory");
+    let endpoint = format!("unix://{}", dir.join("provider.sock").display());
+    let mut provider = Command::new(env!("CARGO_BIN_EXE_mcm"));
+    provider.args(["provider", "sim", "serve", "--endpoint", &endpoint]);
+    let provider = Background::spawn(provider, "mcm provider sim serve".into());
+    provider.wait_for_stdout("the provider to serve", |out| out.contains("serving on"));
+
+    let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
+        .args(["provider", "test", "--endpoint", &endpoint, "--class"])
+        .arg(example("01-machine-class.yaml"))
+        .arg("--secret")
+        .arg(example("00-secret.yaml"))
+        .output()
+        .expect("mcm provider test runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("PASS") && !stdout.contains("FAIL"), "{stdout}");
+    assert!(
+        !stdout.contains("userData"),
+        "the secret is never printed: {stdout}"
+    );
+    drop(provider);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_conformance_suite_fails_with_exit_1_when_the_provider_is_not_there() {
+    let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
+        .args([
+            "provider",
+            "test",
+            "--endpoint",
+            "unix:///nonexistent/provider.sock",
+            "--class",
+        ])
+        .arg(example("01-machine-class.yaml"))
+        .arg("--secret")
+        .arg(example("00-secret.yaml"))
+        .args(["--call-timeout", "5s"])
+        .output()
+        .expect("mcm provider test runs");
+    assert_eq!(
+        output.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("FAIL"));
+}

@@ -147,14 +147,14 @@ impl GrpcDriver {
     }
 
     /// Fails at once while the provider is in back-off.
-    fn gate(&self, method: DriverMethod) -> Result<(), DriverError> {
+    fn gate(&self, method: &str) -> Result<(), DriverError> {
         let backoff = self.backoff();
         match backoff.retry_at {
             Some(at) if at > Instant::now() => Err(DriverError::new(
                 MachineCode::Unavailable,
                 format!(
                     "{}: the provider at {} is unreachable ({}); next attempt in {:.1}s",
-                    method.name(),
+                    method,
                     self.endpoint,
                     backoff.last_error,
                     at.saturating_duration_since(Instant::now()).as_secs_f64()
@@ -166,7 +166,7 @@ impl GrpcDriver {
 
     /// Records the outcome: an answer from the provider clears the back-off; a failure that did not come from the
     /// provider (no machine code detail: connection refused, broken) extends it.
-    fn outcome<T>(&self, method: DriverMethod, result: Result<T, tonic::Status>) -> Result<T, DriverError> {
+    fn outcome<T>(&self, method: &str, result: Result<T, tonic::Status>) -> Result<T, DriverError> {
         match result {
             Ok(value) => {
                 *self.backoff() = Backoff::default();
@@ -197,11 +197,9 @@ impl GrpcDriver {
                     backoff.last_error.clone_from(&error.message);
                     error.message = format!(
                         "{}: the provider at {} is unreachable: {}",
-                        method.name(),
-                        self.endpoint,
-                        error.message
+                        method, self.endpoint, error.message
                     );
-                    tracing::warn!(endpoint = %self.endpoint, method = method.name(), wait_s = wait.as_secs_f64(),
+                    tracing::warn!(endpoint = %self.endpoint, method = method, wait_s = wait.as_secs_f64(),
                         error = %error.message, "provider unreachable; backing off");
                 } else {
                     *backoff = Backoff::default();
@@ -243,10 +241,10 @@ impl GrpcDriver {
 
     /// The provider's identity: name, version and the optional calls it implements.
     pub async fn provider_info(&self) -> Result<(ProviderInfo, String), DriverError> {
-        self.gate(DriverMethod::CreateMachine)?;
+        self.gate("GetProviderInfo")?;
         let answer = self
             .outcome(
-                DriverMethod::CreateMachine,
+                "GetProviderInfo",
                 self.identity
                     .clone()
                     .get_provider_info(proto::GetProviderInfoRequest {})
@@ -256,7 +254,14 @@ impl GrpcDriver {
         let optional_methods = answer
             .optional_methods
             .iter()
-            .filter_map(|name| DriverMethod::from_name(name))
+            .filter_map(|name| {
+                let method = DriverMethod::from_name(name);
+                if method.is_none() {
+                    tracing::warn!(endpoint = %self.endpoint, name = %name,
+                        "the provider declares an optional call this client does not know; ignored");
+                }
+                method
+            })
             .collect();
         Ok((
             ProviderInfo {
@@ -268,13 +273,11 @@ impl GrpcDriver {
         ))
     }
 
-    /// Whether the provider answers its probe with ready.
+    /// Whether the provider answers its probe with ready. Not held back by the back-off: a probe is how a
+    /// supervisor finds out that the provider is back.
     pub async fn probe(&self) -> Result<bool, DriverError> {
         let answer = self.identity.clone().probe(proto::ProbeRequest {}).await;
-        Ok(self
-            .outcome(DriverMethod::CreateMachine, answer)?
-            .into_inner()
-            .ready)
+        Ok(self.outcome("Probe", answer)?.into_inner().ready)
     }
 }
 
@@ -285,12 +288,12 @@ impl Driver for GrpcDriver {
         request: &CreateMachineRequest,
     ) -> Result<CreateMachineResponse, DriverError> {
         let method = DriverMethod::CreateMachine;
-        self.gate(method)?;
+        self.gate(method.name())?;
         let message = convert::machine_request(&request.machine, &request.machine_class, &request.secret)?;
         let answer = self
             .deadline(method, self.driver.clone().create_machine(self.request(message)))
             .await;
-        self.outcome(method, answer)
+        self.outcome(method.name(), answer)
             .map(|r| convert::create_response_from(r.into_inner()))
     }
 
@@ -299,7 +302,7 @@ impl Driver for GrpcDriver {
         request: &InitializeMachineRequest,
     ) -> Result<InitializeMachineResponse, DriverError> {
         let method = DriverMethod::InitializeMachine;
-        self.gate(method)?;
+        self.gate(method.name())?;
         let message = convert::machine_request(&request.machine, &request.machine_class, &request.secret)?;
         let answer = self
             .deadline(
@@ -307,7 +310,7 @@ impl Driver for GrpcDriver {
                 self.driver.clone().initialize_machine(self.request(message)),
             )
             .await;
-        self.outcome(method, answer)
+        self.outcome(method.name(), answer)
             .map(|r| convert::initialize_response_from(r.into_inner()))
     }
 
@@ -316,12 +319,12 @@ impl Driver for GrpcDriver {
         request: &DeleteMachineRequest,
     ) -> Result<DeleteMachineResponse, DriverError> {
         let method = DriverMethod::DeleteMachine;
-        self.gate(method)?;
+        self.gate(method.name())?;
         let message = convert::machine_request(&request.machine, &request.machine_class, &request.secret)?;
         let answer = self
             .deadline(method, self.driver.clone().delete_machine(self.request(message)))
             .await;
-        self.outcome(method, answer)
+        self.outcome(method.name(), answer)
             .map(|r| convert::delete_response_from(r.into_inner()))
     }
 
@@ -330,7 +333,7 @@ impl Driver for GrpcDriver {
         request: &GetMachineStatusRequest,
     ) -> Result<GetMachineStatusResponse, DriverError> {
         let method = DriverMethod::GetMachineStatus;
-        self.gate(method)?;
+        self.gate(method.name())?;
         let message = convert::machine_request(&request.machine, &request.machine_class, &request.secret)?;
         let answer = self
             .deadline(
@@ -338,7 +341,7 @@ impl Driver for GrpcDriver {
                 self.driver.clone().get_machine_status(self.request(message)),
             )
             .await;
-        self.outcome(method, answer)
+        self.outcome(method.name(), answer)
             .map(|r| convert::status_response_from(r.into_inner()))
     }
 
@@ -347,12 +350,12 @@ impl Driver for GrpcDriver {
         request: &ListMachinesRequest,
     ) -> Result<ListMachinesResponse, DriverError> {
         let method = DriverMethod::ListMachines;
-        self.gate(method)?;
+        self.gate(method.name())?;
         let message = convert::list_request_to(request)?;
         let answer = self
             .deadline(method, self.driver.clone().list_machines(self.request(message)))
             .await;
-        self.outcome(method, answer)
+        self.outcome(method.name(), answer)
             .map(|r| convert::list_response_from(r.into_inner()))
     }
 
@@ -361,12 +364,12 @@ impl Driver for GrpcDriver {
         request: &GetVolumeIdsRequest,
     ) -> Result<GetVolumeIdsResponse, DriverError> {
         let method = DriverMethod::GetVolumeIds;
-        self.gate(method)?;
+        self.gate(method.name())?;
         let message = convert::volumes_request_to(request)?;
         let answer = self
             .deadline(method, self.driver.clone().get_volume_i_ds(self.request(message)))
             .await;
-        self.outcome(method, answer)
+        self.outcome(method.name(), answer)
             .map(|r| convert::volumes_response_from(r.into_inner()))
     }
 
@@ -375,7 +378,7 @@ impl Driver for GrpcDriver {
         request: &GenerateMachineClassForMigrationRequest,
     ) -> Result<GenerateMachineClassForMigrationResponse, DriverError> {
         let method = DriverMethod::GenerateMachineClassForMigration;
-        self.gate(method)?;
+        self.gate(method.name())?;
         let message = convert::migration_request_to(request)?;
         let answer = self
             .deadline(
@@ -385,7 +388,7 @@ impl Driver for GrpcDriver {
                     .generate_machine_class_for_migration(self.request(message)),
             )
             .await;
-        let response = self.outcome(method, answer)?;
+        let response = self.outcome(method.name(), answer)?;
         convert::migration_response_from(response.get_ref())
     }
 }

@@ -6,8 +6,10 @@
 //! - [`serve`]: any `Driver` as a provider server, for providers written in Rust.
 //! - [`ProviderEnv`]: the `MC_` environment variables a provider reads.
 //! - [`status`]: machine codes on the wire (0-16 as gRPC codes, 17 in a status detail).
+//! - [`conformance`]: the provider conformance suite (`mcm provider test`).
 
 mod client;
+pub mod conformance;
 mod convert;
 mod endpoint;
 pub mod env;
