@@ -1,0 +1,318 @@
+//! `mcm run`: the controllers against any API server with a built-in or out-of-process provider, and the pieces
+//! `mcm up` shares with it: the controller flags ([`ControllerFlags`], named and defaulted as in the reference) and
+//! [`Controllers`], every controller of the process started and stopped together.
+
+use std::{net::IpAddr, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::{client_from, parse_duration, parse_share, wait_for_signal};
+
+/// The flags of the controllers, shared by `mcm run` and `mcm up`.
+#[derive(Debug, Args)]
+pub(crate) struct ControllerFlags {
+    /// Namespace of the machines, classes and secrets.
+    #[arg(long, default_value = "default")]
+    pub(crate) namespace: String,
+    /// The deadline of every call to an out-of-process provider.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub(crate) provider_call_timeout: Duration,
+    /// Machines reconciled at once.
+    #[arg(long, default_value_t = 50)]
+    pub(crate) concurrent_syncs: u16,
+    /// How long a machine may take from creation to a joined node before it is Failed.
+    #[arg(long, default_value = "20m", value_parser = parse_duration)]
+    pub(crate) machine_creation_timeout: Duration,
+    /// How long a machine may stay Unknown before it is Failed.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub(crate) machine_health_timeout: Duration,
+    /// Node condition types that make a node unhealthy unless they are False (comma-separated).
+    #[arg(
+        long,
+        default_value = "KernelDeadlock,ReadonlyFilesystem,DiskPressure,NetworkUnavailable"
+    )]
+    pub(crate) node_conditions: String,
+    /// How often a machine waiting for a change (after a provider error that is not retried) is looked at anyway.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub(crate) machine_safety_resync: Duration,
+    /// How many unhealthy machines of one MachineDeployment may be replaced at once.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) max_concurrent_replacements: usize,
+    /// No unhealthy machine of a group is replaced while more than this share of the group is unhealthy.
+    #[arg(long, default_value_t = 0.5, value_parser = parse_share)]
+    pub(crate) max_unhealthy_share: f64,
+    /// How long a drain may take before it turns into a force drain (per machine: `spec.drainTimeout`).
+    #[arg(long, default_value = "2h", value_parser = parse_duration)]
+    pub(crate) machine_drain_timeout: Duration,
+    /// Eviction attempts per pod refused by a PodDisruptionBudget, at most the drain timeout divided by
+    /// `--machine-evict-retry-interval` (per machine: `spec.maxEvictRetries`).
+    #[arg(long, default_value_t = 360)]
+    pub(crate) machine_max_evict_retries: i32,
+    /// How long to wait for a pod's volumes to detach from the drained node (on top of its grace period).
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub(crate) machine_pv_detach_timeout: Duration,
+    /// How long to wait for a pod's volumes to attach on another node before moving on.
+    #[arg(long, default_value = "90s", value_parser = parse_duration)]
+    pub(crate) machine_pv_reattach_timeout: Duration,
+    /// How often a drain looks again: refused evictions are retried, pods and volumes checked (the reference's
+    /// fixed 20s).
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pub(crate) machine_evict_retry_interval: Duration,
+    /// The node this controller runs on: its machine is never drained or deleted (spec 004).
+    #[arg(long, env = "NODE_NAME")]
+    pub(crate) controller_node: Option<String>,
+    /// First delay of the per-machine exponential back-off after a provider error marked for retry.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub(crate) machine_retry_backoff_base: Duration,
+    /// The back-off never waits longer than this.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub(crate) machine_retry_backoff_cap: Duration,
+    /// While a rollout has old machines, annotate every node of the deployment
+    /// `cluster-autoscaler.kubernetes.io/scale-down-disabled=true` (removed again when it completes).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub(crate) autoscaler_scaledown_annotation_during_rollout: bool,
+}
+
+/// `mcm run`.
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Kubeconfig of the control cluster (machines, classes, secrets).
+    #[arg(long)]
+    pub(crate) control_kubeconfig: PathBuf,
+    /// Kubeconfig of the target cluster (nodes), or `none`: machines then become Available and nodes are not
+    /// watched. Defaults to the control kubeconfig.
+    #[arg(long)]
+    pub(crate) target_kubeconfig: Option<String>,
+    /// The built-in provider to drive (`sim`: in-memory machines with a simulated kubelet on the target cluster).
+    #[arg(long, value_parser = ["sim"], required_unless_present = "provider_endpoint", conflicts_with = "provider_endpoint")]
+    pub(crate) provider: Option<String>,
+    /// Drive a provider out of process over gRPC instead: unix:///path/to.sock, or tcp://host:port with
+    /// --provider-tls-cert, --provider-tls-key and --provider-tls-ca.
+    #[arg(long)]
+    pub(crate) provider_endpoint: Option<String>,
+    /// Client certificate (PEM) for a tcp:// provider endpoint.
+    #[arg(long, requires_all = ["provider_tls_key", "provider_tls_ca"])]
+    pub(crate) provider_tls_cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    #[arg(long)]
+    pub(crate) provider_tls_key: Option<PathBuf>,
+    /// The CA (PEM) that signed the provider's certificate.
+    #[arg(long)]
+    pub(crate) provider_tls_ca: Option<PathBuf>,
+    /// Port of `/metrics` and `/healthz`; 0 picks a free port (printed at start).
+    #[arg(long, default_value_t = 10259)]
+    pub(crate) port: u16,
+    /// Address of `/metrics` and `/healthz` (all interfaces by default, as the reference, so Prometheus can scrape
+    /// a pod).
+    #[arg(long, default_value = "0.0.0.0")]
+    pub(crate) address: IpAddr,
+    /// Heartbeat interval of the sim provider's simulated kubelets.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub(crate) sim_heartbeat_interval: Duration,
+    #[command(flatten)]
+    pub(crate) controllers: ControllerFlags,
+}
+
+impl ControllerFlags {
+    /// The machine controller's settings from the flags.
+    fn settings(&self) -> mcm_core::ControllerSettings {
+        let mut settings = mcm_core::ControllerSettings {
+            machine_creation_timeout: self.machine_creation_timeout,
+            machine_health_timeout: self.machine_health_timeout,
+            node_conditions: mcm_core::timeouts::parse_node_conditions(&self.node_conditions),
+            machine_drain_timeout: self.machine_drain_timeout,
+            max_evict_retries: self.machine_max_evict_retries,
+            machine_pv_detach_timeout: self.machine_pv_detach_timeout,
+            machine_pv_reattach_timeout: self.machine_pv_reattach_timeout,
+            evict_retry_interval: self.machine_evict_retry_interval,
+            controller_node: self.controller_node.clone().filter(|n| !n.is_empty()),
+            ..mcm_core::ControllerSettings::default()
+        };
+        settings.retry.await_change_resync = self.machine_safety_resync;
+        settings.retry.backoff_base = self.machine_retry_backoff_base;
+        settings.retry.backoff_cap = self.machine_retry_backoff_cap;
+        settings.remediation.max_concurrent_replacements = self.max_concurrent_replacements;
+        settings.remediation.max_unhealthy_share = self.max_unhealthy_share;
+        settings
+    }
+}
+
+/// Every controller of the process (machine, MachineSet, MachineDeployment, class and secret finalizers) and the
+/// metrics and health server, started together and stopped together.
+pub(crate) struct Controllers {
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<(&'static str, tokio::task::JoinHandle<()>)>,
+    server: tokio::task::JoinHandle<()>,
+    /// Where `/metrics` and `/healthz` are served.
+    pub(crate) address: SocketAddr,
+}
+
+impl Controllers {
+    /// Starts the controllers on `control` (machines, sets, classes) and `target` (nodes; `None` for
+    /// `--target-kubeconfig none`) with `driver`, named `provider` in the metrics, serving metrics on `metrics`.
+    pub(crate) async fn start(
+        control: kube::Client,
+        target: Option<kube::Client>,
+        driver: Arc<dyn mcm_driver::Driver>,
+        provider: &str,
+        flags: &ControllerFlags,
+        metrics: SocketAddr,
+    ) -> anyhow::Result<Self> {
+        let registry = Arc::new(mcm_controllers::metrics::Metrics::new());
+        let driver = Arc::new(mcm_controllers::metrics::MeteredDriver::new(
+            driver,
+            provider,
+            registry.clone(),
+        ));
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let stopped_when = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+        let (address, server) =
+            mcm_controllers::metrics::serve(metrics, registry.clone(), stopped_when(stopped.clone()))
+                .await
+                .with_context(|| format!("serving metrics on {metrics}"))?;
+        tracing::info!(namespace = %flags.namespace, provider, %address, "controllers starting");
+        let machine = tokio::spawn(mcm_controllers::machine::run_with_metrics(
+            control.clone(),
+            target.clone(),
+            driver,
+            mcm_controllers::machine::Config {
+                namespace: flags.namespace.clone(),
+                settings: flags.settings(),
+                concurrency: flags.concurrent_syncs,
+            },
+            Some(registry),
+            stopped_when(stopped.clone()),
+        ));
+        let sets = tokio::spawn(mcm_controllers::machineset::run(
+            control.clone(),
+            mcm_controllers::machineset::Config {
+                namespace: flags.namespace.clone(),
+                concurrency: flags.concurrent_syncs,
+                resync: flags.machine_safety_resync,
+            },
+            stopped_when(stopped.clone()),
+        ));
+        let deployments = tokio::spawn(mcm_controllers::machinedeployment::run(
+            control.clone(),
+            target,
+            mcm_controllers::machinedeployment::Config {
+                namespace: flags.namespace.clone(),
+                concurrency: flags.concurrent_syncs,
+                resync: flags.machine_safety_resync,
+                autoscaler_scale_down_annotation_during_rollout: flags
+                    .autoscaler_scaledown_annotation_during_rollout,
+            },
+            stopped_when(stopped.clone()),
+        ));
+        let references = tokio::spawn(mcm_controllers::references::run(
+            control,
+            flags.namespace.clone(),
+            flags.machine_safety_resync,
+            stopped_when(stopped),
+        ));
+        Ok(Self {
+            stop,
+            tasks: vec![
+                ("the machine controller", machine),
+                ("the machine set controller", sets),
+                ("the machine deployment controller", deployments),
+                ("the class and secret finalizer controller", references),
+            ],
+            server,
+            address,
+        })
+    }
+
+    /// Stops every controller (work in flight finishes) and the metrics server.
+    pub(crate) async fn stop(self) -> anyhow::Result<()> {
+        let _ = self.stop.send(true);
+        for (name, task) in self.tasks {
+            task.await
+                .with_context(|| format!("{name} stopped unexpectedly"))?;
+        }
+        let _ = self.server.await;
+        Ok(())
+    }
+}
+
+/// A client for an out-of-process provider, from the flags.
+pub(crate) fn grpc_driver(
+    endpoint: &mcm_grpc::Endpoint,
+    call_timeout: Duration,
+    tls: Option<mcm_grpc::TlsFiles>,
+) -> anyhow::Result<mcm_grpc::GrpcDriver> {
+    mcm_grpc::GrpcDriver::new(
+        endpoint.clone(),
+        mcm_grpc::ClientOptions {
+            call_timeout,
+            tls,
+            ..mcm_grpc::ClientOptions::default()
+        },
+    )
+    .with_context(|| format!("the provider endpoint {endpoint}"))
+}
+
+/// The name a provider gives itself, asked once with a short deadline; its endpoint when it does not answer yet
+/// (the calls' back-off finds it later).
+pub(crate) async fn provider_name(driver: &mcm_grpc::GrpcDriver) -> String {
+    match tokio::time::timeout(Duration::from_secs(2), driver.provider_info()).await {
+        Ok(Ok((info, _))) => info.name,
+        _ => driver.endpoint().to_string(),
+    }
+}
+
+/// `mcm run`: until SIGINT or SIGTERM.
+pub(crate) async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
+    let control = client_from(&args.control_kubeconfig).await?;
+    let target = match args.target_kubeconfig.as_deref() {
+        Some("none") => None,
+        Some(path) => Some(client_from(std::path::Path::new(path)).await?),
+        None => Some(control.clone()),
+    };
+    let mut kubelet = None;
+    let (driver, provider): (Arc<dyn mcm_driver::Driver>, String) =
+        if let Some(endpoint) = &args.provider_endpoint {
+            let endpoint: mcm_grpc::Endpoint = endpoint.parse().context("--provider-endpoint")?;
+            let tls = args.provider_tls_cert.clone().map(|cert| mcm_grpc::TlsFiles {
+                cert,
+                key: args.provider_tls_key.clone().unwrap_or_default(),
+                ca: args.provider_tls_ca.clone().unwrap_or_default(),
+            });
+            let grpc = grpc_driver(&endpoint, args.controllers.provider_call_timeout, tls)?;
+            let name = provider_name(&grpc).await;
+            println!("mcm run: provider {name} at {endpoint}");
+            (Arc::new(grpc), name)
+        } else {
+            let driver = mcm_provider_sim::SimDriver::new(mcm_provider_sim::SimConfig::default());
+            kubelet = target.as_ref().map(|target| {
+                let config = mcm_provider_sim::KubeletConfig {
+                    heartbeat_interval: args.sim_heartbeat_interval,
+                    ..mcm_provider_sim::KubeletConfig::default()
+                };
+                mcm_provider_sim::Kubelet::start(&driver, target.clone(), config)
+            });
+            (Arc::new(driver), args.provider.clone().unwrap_or_default())
+        };
+    let controllers = Controllers::start(
+        control,
+        target,
+        driver,
+        &provider,
+        &args.controllers,
+        SocketAddr::new(args.address, args.port),
+    )
+    .await?;
+    println!(
+        "mcm run: metrics and health on http://{} (/metrics, /healthz)",
+        controllers.address
+    );
+    wait_for_signal().await?;
+    controllers.stop().await?;
+    if let Some(kubelet) = kubelet {
+        kubelet.stop().await;
+    }
+    Ok(())
+}
