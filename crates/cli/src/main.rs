@@ -5,8 +5,10 @@ use std::{io::Write, net::IpAddr, path::PathBuf, time::Duration};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+mod node_agent;
 mod provider;
 mod run;
+mod up;
 
 /// A declarative manager of Kubernetes worker machines, compatible with machine.sapcloud.io/v1alpha1.
 #[derive(Debug, Parser)]
@@ -33,6 +35,19 @@ enum Command {
     /// Providers out of process: `mcm provider sim serve` serves the sim provider over gRPC; `mcm provider test`
     /// runs the conformance suite against any provider.
     Provider(provider::ProviderArgs),
+    /// The agent a machine of the local provider runs at boot: joins the cluster and heartbeats its Node.
+    ///
+    /// It joins with a bootstrap token (kubelet TLS bootstrapping: a CertificateSigningRequest for its own client
+    /// certificate), registers its Node, renews its Lease and reports conditions, some set by files in
+    /// <machine-dir>/conditions, until SIGTERM or SIGINT. Flags default to the local provider's MCM_LOCAL_*
+    /// variables.
+    NodeAgent(node_agent::NodeAgentArgs),
+    /// The whole system on this machine, no cluster needed: the embedded API server, the local provider (machines
+    /// are local process trees) and every controller, all state in --data-dir; writes DATA_DIR/kubeconfig. Stops on
+    /// Ctrl-C; the next `mcm up` resumes with the machines still there. Takes the controller flags of `mcm run`.
+    Up(Box<up::UpArgs>),
+    /// Stop `mcm up`; with --purge also stop every machine and remove all state.
+    Down(up::DownArgs),
 }
 
 #[derive(Debug, Args)]
@@ -123,6 +138,16 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(run::run_controllers(*args))?;
         }
         Command::Provider(args) => provider::main(args)?,
+        Command::Up(args) => {
+            init_logging(&cli.log_format);
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(up::up(*args))?;
+        }
+        Command::Down(args) => up::down(args)?,
+        Command::NodeAgent(args) => {
+            init_logging(&cli.log_format);
+            std::process::exit(node_agent::main(args));
+        }
         Command::Apiserver(args) => {
             init_logging(&cli.log_format);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;

@@ -23,6 +23,11 @@ enum ProviderCommand {
         #[command(subcommand)]
         command: SimCommand,
     },
+    /// The local provider: machines are local process trees that boot from userData (the default of `mcm up`).
+    Local {
+        #[command(subcommand)]
+        command: LocalCommand,
+    },
     /// Run the provider conformance suite against a live provider: identity and probe, CreateMachine (and its
     /// idempotency), GetMachineStatus, ListMachines, InitializeMachine, an invalid providerSpec, error messages,
     /// DeleteMachine (and its idempotency), NotFound after deletion, GetVolumeIDs. Creates and deletes machines
@@ -66,6 +71,36 @@ enum SimCommand {
     Serve(SimServeArgs),
 }
 
+#[derive(Debug, Subcommand)]
+enum LocalCommand {
+    /// Serve the local provider over gRPC on MC_ENDPOINT (or --endpoint) until SIGINT or SIGTERM. Machines keep
+    /// running when it stops; a restarted provider finds them in --state-dir. Environment: MC_ENDPOINT (REQUIRED),
+    /// MC_TLS_* (REQUIRED for tcp://), MC_LOG_FORMAT, MC_LOG_LEVEL.
+    Serve(LocalServeArgs),
+}
+
+#[derive(Debug, Args)]
+struct LocalServeArgs {
+    /// Where to serve (overrides MC_ENDPOINT): unix:///path/to.sock or tcp://host:port.
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// Where the machines live (under `machines/`, one directory each: state, userData, log).
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// The cluster machines join (URL of its API server), given to each machine.
+    #[arg(long)]
+    api_server: String,
+    /// The cluster's CA certificate (PEM), given to each machine.
+    #[arg(long)]
+    ca_file: PathBuf,
+    /// Directory put first on the machines' PATH (where `mcm` is; default: this binary's directory).
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// How often the machines' node agents heartbeat.
+    #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
+    node_heartbeat_interval: Duration,
+}
+
 #[derive(Debug, Args)]
 struct SimServeArgs {
     /// Where to serve (overrides MC_ENDPOINT): unix:///path/to.sock or tcp://host:port.
@@ -85,22 +120,18 @@ pub fn main(args: ProviderArgs) -> anyhow::Result<()> {
         ProviderCommand::Sim {
             command: SimCommand::Serve(args),
         } => {
-            let env = match ProviderEnv::from_lookup(|name| {
-                if name == "MC_ENDPOINT" && args.endpoint.is_some() {
-                    args.endpoint.clone()
-                } else {
-                    std::env::var(name).ok()
-                }
-            }) {
-                Ok(env) => env,
-                Err(err) => {
-                    eprintln!("mcm provider sim serve: misconfigured: {err}");
-                    std::process::exit(2);
-                }
-            };
+            let env = provider_env(args.endpoint.as_ref(), "mcm provider sim serve");
             init_provider_logging(&env);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(serve_sim(args, env))
+        }
+        ProviderCommand::Local {
+            command: LocalCommand::Serve(args),
+        } => {
+            let env = provider_env(args.endpoint.as_ref(), "mcm provider local serve");
+            init_provider_logging(&env);
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(serve_local(args, env))
         }
         ProviderCommand::Test(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -109,6 +140,66 @@ pub fn main(args: ProviderArgs) -> anyhow::Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// The provider's `MC_` variables (a flag wins over MC_ENDPOINT); a misconfiguration exits 2 naming the variable.
+fn provider_env(endpoint: Option<&String>, command: &str) -> ProviderEnv {
+    match ProviderEnv::from_lookup(|name| {
+        if name == "MC_ENDPOINT" && endpoint.is_some() {
+            endpoint.cloned()
+        } else {
+            std::env::var(name).ok()
+        }
+    }) {
+        Ok(env) => env,
+        Err(err) => {
+            eprintln!("{command}: misconfigured: {err}");
+            std::process::exit(2);
+        }
+    }
+}
+
+async fn serve_local(args: LocalServeArgs, env: ProviderEnv) -> anyhow::Result<()> {
+    let bin_dir = match args.bin_dir {
+        Some(dir) => dir,
+        None => std::env::current_exe()
+            .context("finding this binary")?
+            .parent()
+            .map(std::path::Path::to_path_buf)
+            .context("the directory of this binary")?,
+    };
+    let driver = mcm_provider_local::LocalDriver::new(mcm_provider_local::LocalConfig {
+        heartbeat_interval: args.node_heartbeat_interval,
+        ..mcm_provider_local::LocalConfig::new(args.state_dir, bin_dir, args.api_server, args.ca_file)
+    })
+    .context("preparing the local provider")?;
+    println!("mcm provider local: serving on {}", env.endpoint);
+    let info = ProviderInfo {
+        name: "local".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        optional_methods: mcm_provider_local::optional_methods(),
+    };
+    let result = mcm_grpc::serve(Arc::new(driver), info, &env.endpoint, env.tls.as_ref(), async {
+        let _ = crate::wait_for_signal().await;
+    })
+    .await;
+    serve_result(result, "mcm provider local serve")
+}
+
+/// A serve error that is a misconfiguration exits 2; others are errors.
+fn serve_result(result: Result<(), mcm_grpc::ServeError>, command: &str) -> anyhow::Result<()> {
+    match result {
+        Ok(()) => Ok(()),
+        Err(
+            err @ (mcm_grpc::ServeError::InUse(_)
+            | mcm_grpc::ServeError::TlsRequired
+            | mcm_grpc::ServeError::Tls(_)),
+        ) => {
+            eprintln!("{command}: misconfigured: {err}");
+            std::process::exit(2);
+        }
+        Err(err) => Err(err).with_context(|| format!("{command}: serving")),
     }
 }
 
@@ -201,16 +292,5 @@ async fn serve_sim(args: SimServeArgs, env: ProviderEnv) -> anyhow::Result<()> {
     if let Some(kubelet) = kubelet {
         kubelet.stop().await;
     }
-    match result {
-        Ok(()) => Ok(()),
-        Err(
-            err @ (mcm_grpc::ServeError::InUse(_)
-            | mcm_grpc::ServeError::TlsRequired
-            | mcm_grpc::ServeError::Tls(_)),
-        ) => {
-            eprintln!("mcm provider sim serve: misconfigured: {err}");
-            std::process::exit(2);
-        }
-        Err(err) => Err(err).context("serving the sim provider"),
-    }
+    serve_result(result, "mcm provider sim serve")
 }

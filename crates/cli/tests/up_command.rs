@@ -1,0 +1,329 @@
+//! End to end: `mcm up` (embedded API server, local provider as a gRPC child, every controller) driven with kubectl
+//! and the example manifests unchanged: the Machine, the MachineSet and the MachineDeployment reach Running with
+//! Ready nodes; the deployment rolls to local-medium; a killed machine process turns its node Unknown and the
+//! machine is replaced; a userData that fails leaves its machine Pending, then Failed at the creation timeout;
+//! `mcm up` resumes with the machines still there; deleting everything and `mcm down --purge` leave no process and
+//! no state behind.
+
+mod support;
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    time::Duration,
+};
+
+use support::{Background, COMMAND_DEADLINE, arg, poll};
+
+/// Machines boot a shell and a node agent; several at once on a busy 2-core machine take a while.
+const SLOW: Duration = Duration::from_secs(90);
+
+fn example(file: &str) -> PathBuf {
+    mcm_testkit::shared_dir().join("examples/local").join(file)
+}
+
+struct Up {
+    dir: PathBuf,
+    process: Option<Background>,
+}
+
+impl Up {
+    fn start(test: &str, extra: &[&str]) -> Self {
+        let dir = std::env::temp_dir().join(format!("mcm-e2e-up-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut up = Self { dir, process: None };
+        up.spawn(extra);
+        up
+    }
+
+    fn spawn(&mut self, extra: &[&str]) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
+        command
+            .args(["up", "--data-dir"])
+            .arg(&self.dir)
+            .args([
+                "--node-monitor-grace-period",
+                "4s",
+                "--node-heartbeat-interval",
+                "1s",
+            ])
+            .args(extra);
+        let process = Background::spawn(command, "mcm up".into());
+        process.wait_for_stdout("mcm up to be ready", |out| out.contains("mcm up: ready"));
+        self.process = Some(process);
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(self.dir.join("kubeconfig"))
+            .args(args)
+            .output()
+            .expect("kubectl runs")
+    }
+
+    fn kubectl_ok(&self, args: &[&str]) -> String {
+        let output = self.kubectl(args);
+        assert!(
+            output.status.success(),
+            "kubectl {args:?} failed:\n{}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// `name=phase` of every machine.
+    fn phases(&self) -> Vec<(String, String)> {
+        let out = self.kubectl_ok(&[
+            "get",
+            "machines",
+            "-o",
+            r#"jsonpath={range .items[*]}{.metadata.name}={.status.currentStatus.phase}{"\n"}{end}"#,
+        ]);
+        out.lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(n, p)| (n.to_owned(), p.to_owned()))
+            .collect()
+    }
+
+    fn machine_dir(&self, name: &str) -> PathBuf {
+        self.dir.join("machines/default").join(name)
+    }
+
+    /// The process group of a machine, from its record.
+    fn pgid(&self, name: &str) -> i32 {
+        let record =
+            std::fs::read_to_string(self.machine_dir(name).join("machine.json")).expect("the record");
+        let record: serde_json::Value = serde_json::from_str(&record).expect("JSON");
+        i32::try_from(record["pgid"].as_i64().expect("a pgid")).expect("an i32")
+    }
+
+    fn down(&mut self, purge: bool) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
+        command.args(["down", "--data-dir"]).arg(&self.dir);
+        if purge {
+            command.arg("--purge");
+        }
+        let output = command.output().expect("mcm down runs");
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        if let Some(process) = self.process.take() {
+            let output = process.finish(COMMAND_DEADLINE);
+            assert!(output.status.success(), "mcm up exits cleanly: {output:?}");
+        }
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if self.dir.exists() {
+            let _ = Command::new(env!("CARGO_BIN_EXE_mcm"))
+                .args(["down", "--purge", "--data-dir"])
+                .arg(&self.dir)
+                .output();
+        }
+    }
+}
+
+/// Whether any process of the group still runs (zombies, which a container's init may leave, do not count).
+fn group_alive(pgid: i32) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        std::fs::read_to_string(entry.path().join("stat")).is_ok_and(|stat| {
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                return false;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            fields.first().is_some_and(|state| *state != "Z")
+                && fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid)
+        })
+    })
+}
+
+fn all_running(up: &Up, count: usize) -> bool {
+    let phases = up.phases();
+    phases.len() == count && phases.iter().all(|(_, p)| p == "Running")
+}
+
+fn ready_nodes(up: &Up) -> usize {
+    up.kubectl_ok(&[
+        "get",
+        "nodes",
+        "-o",
+        r#"jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
+    ])
+    .lines()
+    .filter(|s| *s == "True")
+    .count()
+}
+
+#[test]
+#[allow(clippy::too_many_lines)] // one story, told in order: run, roll, kill, resume, delete, purge
+fn the_examples_run_roll_replace_a_killed_machine_resume_and_leave_nothing_behind() {
+    let mut up = Up::start("examples", &["--machine-health-timeout", "5s"]);
+    for file in [
+        "00-secret.yaml",
+        "01-machine-class.yaml",
+        "02-machine-class-medium.yaml",
+        "10-machine.yaml",
+        "20-machine-set.yaml",
+        "30-machine-deployment.yaml",
+    ] {
+        up.kubectl_ok(&["apply", "-f", arg(&example(file))]);
+    }
+    poll("six Running machines with Ready nodes", SLOW, || {
+        (all_running(&up, 6) && ready_nodes(&up) == 6).then_some(())
+    });
+    let capacity = up.kubectl_ok(&[
+        "get",
+        "node",
+        "single-machine",
+        "-o",
+        "jsonpath={.status.capacity.cpu}",
+    ]);
+    assert_eq!(capacity, "2", "local-small nodes report 2 CPUs");
+
+    // Rolling the deployment to local-medium.
+    up.kubectl_ok(&[
+        "patch",
+        "machinedeployment",
+        "workers",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"class":{"name":"local-medium"}}}}}"#,
+    ]);
+    poll("the deployment rolled to local-medium", SLOW, || {
+        let classes = up.kubectl_ok(&[
+            "get",
+            "machines",
+            "-l",
+            "name=workers",
+            "-o",
+            r#"jsonpath={range .items[*]}{.spec.class.name}/{.status.currentStatus.phase}{"\n"}{end}"#,
+        ]);
+        let lines: Vec<&str> = classes.lines().collect();
+        (lines.len() == 3 && lines.iter().all(|l| *l == "local-medium/Running")).then_some(())
+    });
+
+    // A killed machine process: its node turns Unknown, and the set replaces the machine.
+    let victim = up
+        .phases()
+        .into_iter()
+        .map(|(name, _)| name)
+        .find(|name| name.starts_with("workers-set-"))
+        .expect("a machine of the set");
+    let pgid = up.pgid(&victim);
+    let killed = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{pgid}")])
+        .status()
+        .expect("kill runs");
+    assert!(killed.success());
+    poll("the killed machine's node to turn Unknown", SLOW, || {
+        let status = up.kubectl_ok(&[
+            "get",
+            "node",
+            &victim,
+            "-o",
+            r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}"#,
+        ]);
+        (status == "Unknown").then_some(())
+    });
+    poll("the killed machine replaced", SLOW, || {
+        let phases = up.phases();
+        let set: Vec<&(String, String)> = phases
+            .iter()
+            .filter(|(n, _)| n.starts_with("workers-set-"))
+            .collect();
+        (set.len() == 2 && set.iter().all(|(n, p)| *n != victim && p == "Running")).then_some(())
+    });
+
+    // Stopped and started again: the machines are still there and still Running.
+    let before: Vec<String> = up.phases().into_iter().map(|(n, _)| n).collect();
+    let pgids: Vec<i32> = before.iter().map(|name| up.pgid(name)).collect();
+    up.down(false);
+    assert!(
+        pgids.iter().all(|pgid| group_alive(*pgid)),
+        "machines outlive mcm up"
+    );
+    up.spawn(&["--machine-health-timeout", "5s"]);
+    poll("the same machines Running after the restart", SLOW, || {
+        let after: Vec<String> = up.phases().into_iter().map(|(n, _)| n).collect();
+        (after == before && all_running(&up, before.len()) && ready_nodes(&up) == before.len()).then_some(())
+    });
+
+    // Deleting everything stops every machine process and removes its state.
+    for file in [
+        "30-machine-deployment.yaml",
+        "20-machine-set.yaml",
+        "10-machine.yaml",
+    ] {
+        up.kubectl_ok(&["delete", "-f", arg(&example(file)), "--wait=false"]);
+    }
+    poll("no machine left", SLOW, || up.phases().is_empty().then_some(()));
+    poll("no machine process left", SLOW, || {
+        pgids.iter().all(|pgid| !group_alive(*pgid)).then_some(())
+    });
+    let left = std::fs::read_dir(up.dir.join("machines/default")).map_or(0, Iterator::count);
+    assert_eq!(left, 0, "no machine directory left");
+    up.down(true);
+    assert!(!up.dir.exists(), "--purge removes the data directory");
+}
+
+#[test]
+fn a_failing_user_data_leaves_the_machine_pending_then_failed() {
+    let mut up = Up::start("failing", &["--machine-creation-timeout", "6s"]);
+    let manifest = up.dir.join("failing.yaml");
+    std::fs::write(
+        &manifest,
+        r#"apiVersion: v1
+kind: Secret
+metadata: { name: broken-boot, namespace: default }
+stringData:
+  userData: |
+    #!/bin/sh
+    echo "cannot boot" >&2
+    exit 3
+---
+apiVersion: machine.sapcloud.io/v1alpha1
+kind: MachineClass
+metadata: { name: broken, namespace: default }
+provider: local
+providerSpec: { vmPool: pool, size: small, tags: { kubernetes.io/cluster/demo: "1" } }
+secretRef: { name: broken-boot, namespace: default }
+---
+apiVersion: machine.sapcloud.io/v1alpha1
+kind: Machine
+metadata: { name: broken-machine, namespace: default }
+spec: { class: { kind: MachineClass, name: broken } }
+"#,
+    )
+    .expect("the manifest");
+    up.kubectl_ok(&["apply", "-f", arg(&manifest)]);
+    poll("the machine Pending", SLOW, || {
+        up.phases()
+            .iter()
+            .any(|(n, p)| n == "broken-machine" && p == "Pending")
+            .then_some(())
+    });
+    poll("the machine Failed at the creation timeout", SLOW, || {
+        up.phases()
+            .iter()
+            .any(|(n, p)| n == "broken-machine" && p == "Failed")
+            .then_some(())
+    });
+    let log =
+        std::fs::read_to_string(up.machine_dir("broken-machine").join("machine.log")).unwrap_or_default();
+    assert!(
+        log.contains("cannot boot"),
+        "the machine's output is in its log: {log}"
+    );
+    up.down(true);
+    assert!(!Path::new(&up.dir).exists());
+}
