@@ -12,6 +12,13 @@ use crate::{client_from, parse_duration, parse_share, wait_for_signal};
 /// The flags of the controllers, shared by `mcm run` and `mcm up`.
 #[derive(Debug, Args)]
 pub(crate) struct ControllerFlags {
+    /// How often the control and target API servers are probed (at least the timeout).
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub(crate) machine_safety_apiserver_statuscheck_period: Duration,
+    /// An API server unreachable for longer than this freezes the machine controller (deletions under way go on);
+    /// after it answers again for as long, the freeze lifts and Unknown machines' health clocks restart.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub(crate) machine_safety_apiserver_statuscheck_timeout: Duration,
     /// Namespace of the machines, classes and secrets.
     #[arg(long, default_value = "default")]
     pub(crate) namespace: String,
@@ -159,6 +166,11 @@ impl Controllers {
         flags: &ControllerFlags,
         metrics: SocketAddr,
     ) -> anyhow::Result<Self> {
+        let reachability = mcm_core::reachability::ReachabilitySettings {
+            period: flags.machine_safety_apiserver_statuscheck_period,
+            timeout: flags.machine_safety_apiserver_statuscheck_timeout,
+        };
+        reachability.validate().map_err(anyhow::Error::msg)?;
         let registry = Arc::new(mcm_controllers::metrics::Metrics::new());
         let driver = Arc::new(mcm_controllers::metrics::MeteredDriver::new(
             driver,
@@ -174,7 +186,19 @@ impl Controllers {
                 .await
                 .with_context(|| format!("serving metrics on {metrics}"))?;
         tracing::info!(namespace = %flags.namespace, provider, %address, "controllers starting");
-        let machine = tokio::spawn(mcm_controllers::machine::run_with_metrics(
+        let freeze = mcm_controllers::reachability::Freeze::default();
+        let probes = tokio::spawn(mcm_controllers::reachability::run(
+            control.clone(),
+            target.clone(),
+            mcm_controllers::reachability::Config {
+                namespace: flags.namespace.clone(),
+                settings: reachability,
+            },
+            freeze.clone(),
+            Some(registry.clone()),
+            stopped_when(stopped.clone()),
+        ));
+        let machine = tokio::spawn(mcm_controllers::machine::run_with(
             control.clone(),
             target.clone(),
             driver,
@@ -183,7 +207,10 @@ impl Controllers {
                 settings: flags.settings(),
                 concurrency: flags.concurrent_syncs,
             },
-            Some(registry),
+            mcm_controllers::machine::Extras {
+                metrics: Some(registry),
+                freeze,
+            },
             stopped_when(stopped.clone()),
         ));
         let sets = tokio::spawn(mcm_controllers::machineset::run(
@@ -220,6 +247,7 @@ impl Controllers {
                 ("the machine set controller", sets),
                 ("the machine deployment controller", deployments),
                 ("the class and secret finalizer controller", references),
+                ("the API server reachability probes", probes),
             ],
             server,
             address,

@@ -12,6 +12,7 @@ pub mod machinedeployment;
 pub mod machineset;
 pub mod metrics;
 pub mod migration;
+pub mod reachability;
 pub mod references;
 
 /// What can fail while a controller acts: today only requests to an API server (provider errors are outcomes the

@@ -51,6 +51,9 @@ pub struct Config {
 
 pub use crate::Error;
 
+/// How soon a frozen controller looks at a machine again.
+const FROZEN_RETRY: Duration = Duration::from_secs(5);
+
 /// Shared by every reconcile.
 pub struct Context {
     control: Client,
@@ -79,6 +82,17 @@ pub struct Context {
     deletions: crate::deletion::DeletionMemory,
     /// Per machine: when the class migration may be tried again after a failure.
     migration_gates: std::sync::Mutex<BTreeMap<String, mcm_core::retry_policy::RetryGate>>,
+    /// Set while an API server is unreachable: nothing but deletions under way is done.
+    freeze: crate::reachability::Freeze,
+}
+
+/// What `mcm run` hands the machine controller besides its configuration.
+#[derive(Clone, Debug, Default)]
+pub struct Extras {
+    /// Prometheus metrics fed from the machine cache.
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// The API server reachability freeze (`crate::reachability::run` sets it).
+    pub freeze: crate::reachability::Freeze,
 }
 
 impl Context {
@@ -174,7 +188,6 @@ pub async fn run(
 }
 
 /// Runs the machine controller until `shutdown` resolves, its machine cache feeding `metrics` at scrape time.
-#[allow(clippy::too_many_lines)] // the wiring of the watches reads best in one place
 pub async fn run_with_metrics(
     control: Client,
     target: Option<Client>,
@@ -183,6 +196,24 @@ pub async fn run_with_metrics(
     metrics: Option<Arc<crate::metrics::Metrics>>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let extras = Extras {
+        metrics,
+        ..Extras::default()
+    };
+    run_with(control, target, driver, config, extras, shutdown).await;
+}
+
+/// Runs the machine controller until `shutdown` resolves, with metrics and the reachability freeze.
+#[allow(clippy::too_many_lines)] // the wiring of the watches reads best in one place
+pub async fn run_with(
+    control: Client,
+    target: Option<Client>,
+    driver: Arc<dyn Driver>,
+    config: Config,
+    extras: Extras,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let Extras { metrics, freeze } = extras;
     let namespace = config.namespace.clone();
     let machines_api: Api<Machine> = Api::namespaced(control.clone(), &namespace);
     let controller = Controller::new(machines_api, watcher::Config::default());
@@ -284,6 +315,7 @@ pub async fn run_with_metrics(
         replaced: std::sync::Mutex::default(),
         migration_gates: std::sync::Mutex::default(),
         deletions: crate::deletion::DeletionMemory::default(),
+        freeze,
         config: config.clone(),
     });
     controller
@@ -389,6 +421,11 @@ async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, E
     }
     if machine.metadata.deletion_timestamp.is_some() {
         return delete(&machine, &ctx).await;
+    }
+    if ctx.freeze.is_frozen() {
+        // An API server is unreachable: what we would see of nodes is stale, so nothing is decided (reference
+        // "LongRetry"); the unfreeze restarts the health clocks and its status writes reconcile again.
+        return Ok(Action::requeue(FROZEN_RETRY));
     }
     let finalizers = machine.finalizers();
     if !finalizers

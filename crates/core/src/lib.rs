@@ -32,6 +32,7 @@ pub mod machineset;
 pub mod migration;
 pub mod nodesync;
 mod quantity;
+pub mod reachability;
 pub mod remediation;
 pub mod retry_policy;
 pub mod rollout;
