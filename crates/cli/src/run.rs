@@ -12,6 +12,15 @@ use crate::{client_from, parse_duration, parse_share, wait_for_signal};
 /// The flags of the controllers, shared by `mcm run` and `mcm up`.
 #[derive(Debug, Args)]
 pub(crate) struct ControllerFlags {
+    /// How often the VMs of every class are listed to delete those no machine owns (orphans).
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    pub(crate) machine_safety_orphan_vms_period: Duration,
+    /// A VM is only collected once it has been seen for this long (never one whose machine is being created).
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub(crate) machine_safety_orphan_vms_grace: Duration,
+    /// Report orphan VMs (Events, metrics, logs) without deleting any.
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub(crate) orphan_collection_dry_run: bool,
     /// How often the control and target API servers are probed (at least the timeout).
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub(crate) machine_safety_apiserver_statuscheck_period: Duration,
@@ -158,6 +167,7 @@ pub(crate) struct Controllers {
 impl Controllers {
     /// Starts the controllers on `control` (machines, sets, classes) and `target` (nodes; `None` for
     /// `--target-kubeconfig none`) with `driver`, named `provider` in the metrics, serving metrics on `metrics`.
+    #[allow(clippy::too_many_lines)] // one spawn per controller, flat and in one place
     pub(crate) async fn start(
         control: kube::Client,
         target: Option<kube::Client>,
@@ -186,6 +196,29 @@ impl Controllers {
                 .await
                 .with_context(|| format!("serving metrics on {metrics}"))?;
         tracing::info!(namespace = %flags.namespace, provider, %address, "controllers starting");
+        let trigger = mcm_controllers::orphans::Trigger::new();
+        // GetMachineStatus answering OutOfRange (several VMs for one machine) starts an orphan pass.
+        let driver: Arc<dyn mcm_driver::Driver> = Arc::new(mcm_controllers::orphans::PokeOnOutOfRange::new(
+            driver,
+            trigger.clone(),
+        ));
+        let orphans = tokio::spawn(
+            mcm_controllers::orphans::Collector::new(
+                control.clone(),
+                target.clone(),
+                driver.clone(),
+                mcm_controllers::orphans::Config {
+                    period: flags.machine_safety_orphan_vms_period,
+                    grace: flags.machine_safety_orphan_vms_grace,
+                    creation_timeout: flags.machine_creation_timeout,
+                    dry_run: flags.orphan_collection_dry_run,
+                    ..mcm_controllers::orphans::Config::new(flags.namespace.clone())
+                },
+                trigger.clone(),
+            )
+            .with_metrics(registry.clone())
+            .run(stopped_when(stopped.clone())),
+        );
         let freeze = mcm_controllers::reachability::Freeze::default();
         let probes = tokio::spawn(mcm_controllers::reachability::run(
             control.clone(),
@@ -210,6 +243,7 @@ impl Controllers {
             mcm_controllers::machine::Extras {
                 metrics: Some(registry),
                 freeze,
+                orphans: Some(trigger),
             },
             stopped_when(stopped.clone()),
         ));
@@ -248,6 +282,7 @@ impl Controllers {
                 ("the machine deployment controller", deployments),
                 ("the class and secret finalizer controller", references),
                 ("the API server reachability probes", probes),
+                ("the orphan VM collection", orphans),
             ],
             server,
             address,

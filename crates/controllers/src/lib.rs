@@ -12,6 +12,7 @@ pub mod machinedeployment;
 pub mod machineset;
 pub mod metrics;
 pub mod migration;
+pub mod orphans;
 pub mod reachability;
 pub mod references;
 

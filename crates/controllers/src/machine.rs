@@ -84,6 +84,8 @@ pub struct Context {
     migration_gates: std::sync::Mutex<BTreeMap<String, mcm_core::retry_policy::RetryGate>>,
     /// Set while an API server is unreachable: nothing but deletions under way is done.
     freeze: crate::reachability::Freeze,
+    /// The orphan collection, poked after each finished deletion.
+    orphans: Option<crate::orphans::Trigger>,
 }
 
 /// What `mcm run` hands the machine controller besides its configuration.
@@ -93,6 +95,8 @@ pub struct Extras {
     pub metrics: Option<Arc<crate::metrics::Metrics>>,
     /// The API server reachability freeze (`crate::reachability::run` sets it).
     pub freeze: crate::reachability::Freeze,
+    /// The orphan VM collection to poke after deletions (`crate::orphans`).
+    pub orphans: Option<crate::orphans::Trigger>,
 }
 
 impl Context {
@@ -213,7 +217,11 @@ pub async fn run_with(
     extras: Extras,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let Extras { metrics, freeze } = extras;
+    let Extras {
+        metrics,
+        freeze,
+        orphans,
+    } = extras;
     let namespace = config.namespace.clone();
     let machines_api: Api<Machine> = Api::namespaced(control.clone(), &namespace);
     let controller = Controller::new(machines_api, watcher::Config::default());
@@ -316,6 +324,7 @@ pub async fn run_with(
         migration_gates: std::sync::Mutex::default(),
         deletions: crate::deletion::DeletionMemory::default(),
         freeze,
+        orphans,
         config: config.clone(),
     });
     controller
@@ -1030,6 +1039,10 @@ async fn delete(machine: &Machine, ctx: &Context) -> Result<Action, Error> {
     .await?;
     if requeue.is_none() {
         ctx.clear_failures(&name);
+        // A deletion can leave a VM behind (a provider that lost track of it): look for orphans soon.
+        if let Some(trigger) = &ctx.orphans {
+            trigger.poke();
+        }
     }
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }

@@ -55,6 +55,8 @@ pub struct Metrics {
     frozen: Gauge,
     driver_duration: Family<OperationLabels, Histogram>,
     driver_failed: Family<FailedLabels, Counter>,
+    orphan_vms_found: Counter,
+    orphan_vms_deleted: Counter,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -95,6 +97,8 @@ impl Metrics {
             ))
         });
         let driver_failed = Family::<FailedLabels, Counter>::default();
+        let orphan_vms_found = Counter::default();
+        let orphan_vms_deleted = Counter::default();
         registry.register(
             "machine_items_total",
             "Count of machines currently managed by the machine controller",
@@ -121,6 +125,16 @@ impl Metrics {
             "Provider (driver) calls that failed, by machine code",
             driver_failed.clone(),
         );
+        registry.register(
+            "machine_orphan_vms_found",
+            "VMs without a machine (or extra VMs of a machine) found by the orphan VM collection, each counted once",
+            orphan_vms_found.clone(),
+        );
+        registry.register(
+            "machine_orphan_vms_deleted",
+            "Orphan VMs deleted by the orphan VM collection",
+            orphan_vms_deleted.clone(),
+        );
         Self {
             registry,
             machines: OnceLock::new(),
@@ -129,7 +143,19 @@ impl Metrics {
             frozen,
             driver_duration,
             driver_failed,
+            orphan_vms_found,
+            orphan_vms_deleted,
         }
+    }
+
+    /// Counts an orphan VM found (`mcm_machine_orphan_vms_found_total`).
+    pub fn orphan_vm_found(&self) {
+        self.orphan_vms_found.inc();
+    }
+
+    /// Counts an orphan VM deleted (`mcm_machine_orphan_vms_deleted_total`).
+    pub fn orphan_vm_deleted(&self) {
+        self.orphan_vms_deleted.inc();
     }
 
     /// Reads machine state from this cache at scrape time (the machine controller attaches its own).

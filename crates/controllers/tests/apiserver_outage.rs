@@ -118,8 +118,8 @@ impl World {
                 concurrency: 4,
             },
             machine::Extras {
-                metrics: None,
                 freeze: freeze.clone(),
+                ..machine::Extras::default()
             },
             stopped(rx.clone()),
         ));

@@ -36,6 +36,7 @@ pub mod reachability;
 pub mod remediation;
 pub mod retry_policy;
 pub mod rollout;
+pub mod safety_orphans;
 pub mod status;
 pub mod timeouts;
 pub mod userdata;
