@@ -12,6 +12,16 @@ use crate::{client_from, parse_duration, parse_share, wait_for_signal};
 /// The flags of the controllers, shared by `mcm run` and `mcm up`.
 #[derive(Debug, Args)]
 pub(crate) struct ControllerFlags {
+    /// A MachineSet is frozen (no scale-up) when its machines reach 2 × replicas (or, in a deployment, replicas +
+    /// maxSurge) + this many.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) safety_up: u32,
+    /// ... and unfrozen when they are this many below that again.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) safety_down: u32,
+    /// How often every MachineSet is checked for overshooting (also on every machine creation).
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    pub(crate) machine_safety_overshooting_period: Duration,
     /// How often the VMs of every class are listed to delete those no machine owns (orphans).
     #[arg(long, default_value = "15m", value_parser = parse_duration)]
     pub(crate) machine_safety_orphan_vms_period: Duration,
@@ -219,6 +229,16 @@ impl Controllers {
             .with_metrics(registry.clone())
             .run(stopped_when(stopped.clone())),
         );
+        let overshoot = tokio::spawn(mcm_controllers::overshoot::run(
+            control.clone(),
+            mcm_controllers::overshoot::Config {
+                period: flags.machine_safety_overshooting_period,
+                safety_up: flags.safety_up,
+                safety_down: flags.safety_down,
+                ..mcm_controllers::overshoot::Config::new(flags.namespace.clone())
+            },
+            stopped_when(stopped.clone()),
+        ));
         let freeze = mcm_controllers::reachability::Freeze::default();
         let probes = tokio::spawn(mcm_controllers::reachability::run(
             control.clone(),
@@ -283,6 +303,7 @@ impl Controllers {
                 ("the class and secret finalizer controller", references),
                 ("the API server reachability probes", probes),
                 ("the orphan VM collection", orphans),
+                ("the overshoot safety", overshoot),
             ],
             server,
             address,

@@ -13,6 +13,7 @@ pub mod machineset;
 pub mod metrics;
 pub mod migration;
 pub mod orphans;
+pub mod overshoot;
 pub mod reachability;
 pub mod references;
 

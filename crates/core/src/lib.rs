@@ -37,6 +37,7 @@ pub mod remediation;
 pub mod retry_policy;
 pub mod rollout;
 pub mod safety_orphans;
+pub mod safety_overshoot;
 pub mod status;
 pub mod timeouts;
 pub mod userdata;
