@@ -183,6 +183,7 @@ impl Controllers {
         target: Option<kube::Client>,
         driver: Arc<dyn mcm_driver::Driver>,
         provider: &str,
+        probe: Option<mcm_grpc::GrpcDriver>,
         flags: &ControllerFlags,
         metrics: SocketAddr,
     ) -> anyhow::Result<Self> {
@@ -201,6 +202,9 @@ impl Controllers {
         let stopped_when = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
             let _ = rx.wait_for(|stop| *stop).await;
         };
+        if let Some(probe) = probe {
+            watch_provider(probe, &registry, stopped_when(stopped.clone()));
+        }
         let (address, server) =
             mcm_controllers::metrics::serve(metrics, registry.clone(), stopped_when(stopped.clone()))
                 .await
@@ -322,6 +326,39 @@ impl Controllers {
     }
 }
 
+/// How often `/readyz` learns whether an out-of-process provider answers.
+const PROVIDER_PROBE_PERIOD: Duration = Duration::from_secs(2);
+
+/// Probes an out-of-process provider in the background and makes `/readyz` fail while it does not answer ready.
+fn watch_provider(
+    provider: mcm_grpc::GrpcDriver,
+    metrics: &Arc<mcm_controllers::metrics::Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let state = Arc::new(std::sync::Mutex::new(Err::<(), String>("not probed yet".into())));
+    let seen = state.clone();
+    metrics.add_readiness_check("provider", move || {
+        seen.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    });
+    tokio::spawn(async move {
+        tokio::pin!(shutdown);
+        loop {
+            let answer = match provider.probe().await {
+                Ok(true) => Ok(()),
+                Ok(false) => Err(format!("the provider at {} is not ready", provider.endpoint())),
+                Err(err) => Err(err.message),
+            };
+            *state.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = answer;
+            tokio::select! {
+                () = &mut shutdown => return,
+                () = tokio::time::sleep(PROVIDER_PROBE_PERIOD) => {}
+            }
+        }
+    });
+}
+
 /// A client for an out-of-process provider, from the flags.
 pub(crate) fn grpc_driver(
     endpoint: &mcm_grpc::Endpoint,
@@ -357,6 +394,7 @@ pub(crate) async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
         None => Some(control.clone()),
     };
     let mut kubelet = None;
+    let mut probe = None;
     let (driver, provider): (Arc<dyn mcm_driver::Driver>, String) =
         if let Some(endpoint) = &args.provider_endpoint {
             let endpoint: mcm_grpc::Endpoint = endpoint.parse().context("--provider-endpoint")?;
@@ -368,6 +406,7 @@ pub(crate) async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
             let grpc = grpc_driver(&endpoint, args.controllers.provider_call_timeout, tls)?;
             let name = provider_name(&grpc).await;
             println!("mcm run: provider {name} at {endpoint}");
+            probe = Some(grpc.clone());
             (Arc::new(grpc), name)
         } else {
             let driver = mcm_provider_sim::SimDriver::new(mcm_provider_sim::SimConfig::default());
@@ -385,12 +424,13 @@ pub(crate) async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
         target,
         driver,
         &provider,
+        probe,
         &args.controllers,
         SocketAddr::new(args.address, args.port),
     )
     .await?;
     println!(
-        "mcm run: metrics and health on http://{} (/metrics, /healthz)",
+        "mcm run: metrics and health on http://{} (/metrics, /healthz, /readyz)",
         controllers.address
     );
     wait_for_signal().await?;

@@ -152,8 +152,9 @@ async fn run(dir: &Path, args: &UpArgs) -> anyhow::Result<()> {
     let controllers = Controllers::start(
         client.clone(),
         Some(client),
-        Arc::new(driver),
+        Arc::new(driver.clone()),
         "local",
+        Some(driver),
         flags,
         SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), args.metrics_port),
     )
@@ -257,7 +258,7 @@ async fn stop_child(child: &mut tokio::process::Child) {
 fn print_next_steps(dir: &Path, url: &str, metrics: SocketAddr) {
     let kubeconfig = dir.join("kubeconfig");
     println!("mcm up: ready. API server {url}, data in {}", dir.display());
-    println!("mcm up: metrics and health on http://{metrics} (/metrics, /healthz)");
+    println!("mcm up: metrics and health on http://{metrics} (/metrics, /healthz, /readyz)");
     println!("next:");
     println!("  export KUBECONFIG={}", kubeconfig.display());
     println!("  kubectl apply -f examples/local/00-secret.yaml -f examples/local/01-machine-class.yaml");

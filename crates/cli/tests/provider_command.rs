@@ -252,3 +252,53 @@ fn the_sidecar_manifest_supplies_the_required_variables_and_one_socket() {
         );
     }
 }
+
+/// `/readyz` answers 503 naming the provider while it is unreachable, and 200 once it serves; `/healthz` is 200 all
+/// along (the process is alive).
+#[test]
+fn readyz_is_503_while_the_provider_is_unreachable() {
+    let server = Server::start("provider-readyz");
+    let socket = server.dir.join("provider.sock");
+    let endpoint = format!("unix://{}", socket.display());
+    let mut run = Command::new(env!("CARGO_BIN_EXE_mcm"));
+    run.args(["run", "--control-kubeconfig"])
+        .arg(server.kubeconfig())
+        .args([
+            "--provider-endpoint",
+            &endpoint,
+            "--port",
+            "0",
+            "--address",
+            "127.0.0.1",
+        ]);
+    let run = Background::spawn(run, "mcm run".into());
+    let stdout = run.wait_for_stdout("the metrics address", |out| {
+        out.contains("metrics and health on http://")
+    });
+    let address: SocketAddr = stdout
+        .split("metrics and health on http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|a| a.parse().ok())
+        .expect("an address");
+    let not_ready = poll("a 503 naming the provider", CONDITION_DEADLINE, || {
+        let answer = get(address, "/readyz");
+        (answer.starts_with("HTTP/1.0 503") || answer.starts_with("HTTP/1.1 503"))
+            .then_some(answer)
+            .filter(|a| a.contains("[-]provider failed"))
+    });
+    assert!(not_ready.contains("unreachable"), "{not_ready}");
+    assert!(get(address, "/healthz").contains(" 200 "), "alive all the same");
+
+    let mut provider = Command::new(env!("CARGO_BIN_EXE_mcm"));
+    provider.args(["provider", "sim", "serve", "--endpoint", &endpoint]);
+    let provider = Background::spawn(provider, "mcm provider sim serve".into());
+    provider.wait_for_stdout("the provider to serve", |out| out.contains("serving on"));
+    let ready = poll("a 200 once the provider serves", CONDITION_DEADLINE, || {
+        let answer = get(address, "/readyz");
+        answer.contains(" 200 ").then_some(answer)
+    });
+    assert!(ready.contains("[+]provider ok"), "{ready}");
+    drop(run);
+    drop(provider);
+}

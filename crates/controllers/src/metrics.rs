@@ -57,7 +57,11 @@ pub struct Metrics {
     driver_failed: Family<FailedLabels, Counter>,
     orphan_vms_found: Counter,
     orphan_vms_deleted: Counter,
+    readiness: std::sync::Mutex<Vec<(String, ReadinessCheck)>>,
 }
+
+/// A readiness check: `Err(reason)` while not ready.
+type ReadinessCheck = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -145,7 +149,56 @@ impl Metrics {
             driver_failed,
             orphan_vms_found,
             orphan_vms_deleted,
+            readiness: std::sync::Mutex::default(),
         }
+    }
+
+    /// Adds a check to `/readyz`: the process is ready when every check passes. `name` appears in the answer.
+    pub fn add_readiness_check(
+        &self,
+        name: &str,
+        check: impl Fn() -> Result<(), String> + Send + Sync + 'static,
+    ) {
+        self.readiness
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push((name.to_owned(), Box::new(check)));
+    }
+
+    /// The `/readyz` answer: whether ready, and one line per check (`[+]name ok` or `[-]name failed: reason`, as
+    /// kube-apiserver's verbose readyz).
+    pub fn readiness(&self) -> (bool, String) {
+        let mut ready = true;
+        let mut text = String::new();
+        if let Some(machines) = self.machines.get()
+            && !crate::cache::synced(machines)
+        {
+            ready = false;
+            text.push_str("[-]machine-cache failed: the machine cache has not synced yet\n");
+        }
+        let checks = self
+            .readiness
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (name, check) in checks.iter() {
+            match check() {
+                Ok(()) => {
+                    use std::fmt::Write as _;
+                    let _ = writeln!(text, "[+]{name} ok");
+                }
+                Err(reason) => {
+                    use std::fmt::Write as _;
+                    ready = false;
+                    let _ = writeln!(text, "[-]{name} failed: {reason}");
+                }
+            }
+        }
+        text.push_str(if ready {
+            "readyz check passed\n"
+        } else {
+            "readyz check failed\n"
+        });
+        (ready, text)
     }
 
     /// Counts an orphan VM found (`mcm_machine_orphan_vms_found_total`).
@@ -305,6 +358,16 @@ impl Driver for MeteredDriver {
     }
 }
 
+async fn readyz_handler(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
+    let (ready, text) = metrics.readiness();
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, text)
+}
+
 async fn metrics_handler(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
     (
         StatusCode::OK,
@@ -325,11 +388,12 @@ pub async fn serve(
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
-    // `/healthz` answers OK while the process serves, as the reference's does (§8.4); readiness is a separate
-    // question (leader election, caches) for the operations issue.
+    // `/healthz` answers OK while the process serves, as the reference's does (§8.4); `/readyz` answers 503 until the
+    // machine cache has synced and while any added check fails (the provider unreachable).
     let app = Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(|| async { "OK" }))
+        .route("/readyz", get(readyz_handler))
         .with_state(metrics);
     let task = tokio::spawn(async move {
         if let Err(err) = axum::serve(listener, app).with_graceful_shutdown(shutdown).await {
@@ -342,6 +406,35 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readyz_fails_until_the_machine_cache_syncs_and_while_a_check_fails() {
+        let metrics = Metrics::new();
+        assert!(metrics.readiness().0, "nothing to wait for yet");
+        let (store, mut writer) = kube::runtime::reflector::store::<Machine>();
+        metrics.attach_machines(store);
+        let (ready, text) = metrics.readiness();
+        assert!(!ready);
+        assert!(text.contains("[-]machine-cache failed"), "{text}");
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::InitDone);
+        assert!(metrics.readiness().0, "synced");
+        let healthy = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = healthy.clone();
+        metrics.add_readiness_check("provider", move || {
+            if seen.load(std::sync::atomic::Ordering::SeqCst) {
+                Ok(())
+            } else {
+                Err("unreachable".into())
+            }
+        });
+        let (ready, text) = metrics.readiness();
+        assert!(!ready);
+        assert!(text.contains("[-]provider failed: unreachable"), "{text}");
+        healthy.store(true, std::sync::atomic::Ordering::SeqCst);
+        let (ready, text) = metrics.readiness();
+        assert!(ready, "{text}");
+        assert!(text.contains("[+]provider ok"), "{text}");
+    }
 
     #[test]
     fn phases_are_encoded_as_the_reference_does() {
