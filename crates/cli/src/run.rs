@@ -9,9 +9,56 @@ use clap::Args;
 
 use crate::{client_from, parse_duration, parse_share, wait_for_signal};
 
+/// Which controllers a process runs: both roles of the reference, or one of its two binaries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Role {
+    /// Everything (the default).
+    #[default]
+    All,
+    /// The reference's machine-controller-manager: MachineSet, MachineDeployment and the overshoot safety.
+    #[value(alias = "mcm")]
+    MachineControllerManager,
+    /// The reference's machine-controller: machines, class and secret finalizers, orphan collection, the API server
+    /// reachability freeze.
+    #[value(alias = "mc")]
+    MachineController,
+}
+
+impl Role {
+    /// Runs the machine controller's half.
+    pub(crate) fn machines(self) -> bool {
+        self != Self::MachineControllerManager
+    }
+
+    /// Runs the set controllers' half.
+    pub(crate) fn sets(self) -> bool {
+        self != Self::MachineController
+    }
+
+    /// The metrics port of the role: the reference's 10258 for machine-controller-manager, 10259 for
+    /// machine-controller and for both (the combined process serves the machine metrics, which live on 10259).
+    pub(crate) fn default_port(self) -> u16 {
+        if self == Self::MachineControllerManager {
+            10258
+        } else {
+            10259
+        }
+    }
+}
+
+/// The reference's `--concurrent-syncs` of the machine controller.
+const MACHINE_CONCURRENT_SYNCS: u16 = 50;
+/// The reference's `--concurrent-syncs` of machine-controller-manager (sets and deployments).
+const SET_CONCURRENT_SYNCS: u16 = 10;
+
 /// The flags of the controllers, shared by `mcm run` and `mcm up`.
 #[derive(Debug, Args)]
 pub(crate) struct ControllerFlags {
+    /// Which controllers to run: all (default), machine-controller-manager (alias mcm: sets, deployments, overshoot
+    /// safety) or machine-controller (alias mc: machines, finalizers, orphan collection, reachability freeze), for
+    /// the reference's two-container layout.
+    #[arg(long, value_enum, default_value_t = Role::All)]
+    pub(crate) controllers: Role,
     /// A MachineSet is frozen (no scale-up) when its machines reach 2 × replicas (or, in a deployment, replicas +
     /// maxSurge) + this many.
     #[arg(long, default_value_t = 2)]
@@ -44,9 +91,10 @@ pub(crate) struct ControllerFlags {
     /// The deadline of every call to an out-of-process provider.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub(crate) provider_call_timeout: Duration,
-    /// Machines reconciled at once.
-    #[arg(long, default_value_t = 50)]
-    pub(crate) concurrent_syncs: u16,
+    /// Objects reconciled at once per controller; by default each keeps the reference's: 50 machines, 10 sets and
+    /// 10 deployments.
+    #[arg(long)]
+    pub(crate) concurrent_syncs: Option<u16>,
     /// How long a machine may take from creation to a joined node before it is Failed.
     #[arg(long, default_value = "20m", value_parser = parse_duration)]
     pub(crate) machine_creation_timeout: Duration,
@@ -126,9 +174,10 @@ pub(crate) struct RunArgs {
     /// The CA (PEM) that signed the provider's certificate.
     #[arg(long)]
     pub(crate) provider_tls_ca: Option<PathBuf>,
-    /// Port of `/metrics` and `/healthz`; 0 picks a free port (printed at start).
-    #[arg(long, default_value_t = 10259)]
-    pub(crate) port: u16,
+    /// Port of `/metrics`, `/healthz` and `/readyz`; 0 picks a free port (printed at start). Default: 10259, or 10258
+    /// with `--controllers machine-controller-manager` (the reference's ports).
+    #[arg(long)]
+    pub(crate) port: Option<u16>,
     /// Address of `/metrics` and `/healthz` (all interfaces by default, as the reference, so Prometheus can scrape
     /// a pod).
     #[arg(long, default_value = "0.0.0.0")]
@@ -210,105 +259,120 @@ impl Controllers {
                 .await
                 .with_context(|| format!("serving metrics on {metrics}"))?;
         tracing::info!(namespace = %flags.namespace, provider, %address, "controllers starting");
+        let role = flags.controllers;
+        let mut tasks = Vec::new();
         let trigger = mcm_controllers::orphans::Trigger::new();
         // GetMachineStatus answering OutOfRange (several VMs for one machine) starts an orphan pass.
         let driver: Arc<dyn mcm_driver::Driver> = Arc::new(mcm_controllers::orphans::PokeOnOutOfRange::new(
             driver,
             trigger.clone(),
         ));
-        let orphans = tokio::spawn(
-            mcm_controllers::orphans::Collector::new(
+        if role.machines() {
+            let task = tokio::spawn(
+                mcm_controllers::orphans::Collector::new(
+                    control.clone(),
+                    target.clone(),
+                    driver.clone(),
+                    mcm_controllers::orphans::Config {
+                        period: flags.machine_safety_orphan_vms_period,
+                        grace: flags.machine_safety_orphan_vms_grace,
+                        creation_timeout: flags.machine_creation_timeout,
+                        dry_run: flags.orphan_collection_dry_run,
+                        ..mcm_controllers::orphans::Config::new(flags.namespace.clone())
+                    },
+                    trigger.clone(),
+                )
+                .with_metrics(registry.clone())
+                .run(stopped_when(stopped.clone())),
+            );
+            tasks.push(("the orphan VM collection", task));
+        }
+        if role.sets() {
+            let task = tokio::spawn(mcm_controllers::overshoot::run(
+                control.clone(),
+                mcm_controllers::overshoot::Config {
+                    period: flags.machine_safety_overshooting_period,
+                    safety_up: flags.safety_up,
+                    safety_down: flags.safety_down,
+                    ..mcm_controllers::overshoot::Config::new(flags.namespace.clone())
+                },
+                stopped_when(stopped.clone()),
+            ));
+            tasks.push(("the overshoot safety", task));
+        }
+        let freeze = mcm_controllers::reachability::Freeze::default();
+        if role.machines() {
+            let task = tokio::spawn(mcm_controllers::reachability::run(
                 control.clone(),
                 target.clone(),
-                driver.clone(),
-                mcm_controllers::orphans::Config {
-                    period: flags.machine_safety_orphan_vms_period,
-                    grace: flags.machine_safety_orphan_vms_grace,
-                    creation_timeout: flags.machine_creation_timeout,
-                    dry_run: flags.orphan_collection_dry_run,
-                    ..mcm_controllers::orphans::Config::new(flags.namespace.clone())
+                mcm_controllers::reachability::Config {
+                    namespace: flags.namespace.clone(),
+                    settings: reachability,
                 },
-                trigger.clone(),
-            )
-            .with_metrics(registry.clone())
-            .run(stopped_when(stopped.clone())),
-        );
-        let overshoot = tokio::spawn(mcm_controllers::overshoot::run(
-            control.clone(),
-            mcm_controllers::overshoot::Config {
-                period: flags.machine_safety_overshooting_period,
-                safety_up: flags.safety_up,
-                safety_down: flags.safety_down,
-                ..mcm_controllers::overshoot::Config::new(flags.namespace.clone())
-            },
-            stopped_when(stopped.clone()),
-        ));
-        let freeze = mcm_controllers::reachability::Freeze::default();
-        let probes = tokio::spawn(mcm_controllers::reachability::run(
-            control.clone(),
-            target.clone(),
-            mcm_controllers::reachability::Config {
-                namespace: flags.namespace.clone(),
-                settings: reachability,
-            },
-            freeze.clone(),
-            Some(registry.clone()),
-            stopped_when(stopped.clone()),
-        ));
-        let machine = tokio::spawn(mcm_controllers::machine::run_with(
-            control.clone(),
-            target.clone(),
-            driver,
-            mcm_controllers::machine::Config {
-                namespace: flags.namespace.clone(),
-                settings: flags.settings(),
-                concurrency: flags.concurrent_syncs,
-            },
-            mcm_controllers::machine::Extras {
-                metrics: Some(registry),
-                freeze,
-                orphans: Some(trigger),
-            },
-            stopped_when(stopped.clone()),
-        ));
-        let sets = tokio::spawn(mcm_controllers::machineset::run(
-            control.clone(),
-            mcm_controllers::machineset::Config {
-                namespace: flags.namespace.clone(),
-                concurrency: flags.concurrent_syncs,
-                resync: flags.machine_safety_resync,
-            },
-            stopped_when(stopped.clone()),
-        ));
-        let deployments = tokio::spawn(mcm_controllers::machinedeployment::run(
-            control.clone(),
-            target,
-            mcm_controllers::machinedeployment::Config {
-                namespace: flags.namespace.clone(),
-                concurrency: flags.concurrent_syncs,
-                resync: flags.machine_safety_resync,
-                autoscaler_scale_down_annotation_during_rollout: flags
-                    .autoscaler_scaledown_annotation_during_rollout,
-            },
-            stopped_when(stopped.clone()),
-        ));
-        let references = tokio::spawn(mcm_controllers::references::run(
-            control,
-            flags.namespace.clone(),
-            flags.machine_safety_resync,
-            stopped_when(stopped),
-        ));
+                freeze.clone(),
+                Some(registry.clone()),
+                stopped_when(stopped.clone()),
+            ));
+            tasks.push(("the API server reachability probes", task));
+        }
+        if role.machines() {
+            let task = tokio::spawn(mcm_controllers::machine::run_with(
+                control.clone(),
+                target.clone(),
+                driver,
+                mcm_controllers::machine::Config {
+                    namespace: flags.namespace.clone(),
+                    settings: flags.settings(),
+                    concurrency: flags.concurrent_syncs.unwrap_or(MACHINE_CONCURRENT_SYNCS),
+                },
+                mcm_controllers::machine::Extras {
+                    metrics: Some(registry),
+                    freeze,
+                    orphans: Some(trigger),
+                },
+                stopped_when(stopped.clone()),
+            ));
+            tasks.push(("the machine controller", task));
+        }
+        if role.sets() {
+            let task = tokio::spawn(mcm_controllers::machineset::run(
+                control.clone(),
+                mcm_controllers::machineset::Config {
+                    namespace: flags.namespace.clone(),
+                    concurrency: flags.concurrent_syncs.unwrap_or(SET_CONCURRENT_SYNCS),
+                    resync: flags.machine_safety_resync,
+                },
+                stopped_when(stopped.clone()),
+            ));
+            tasks.push(("the machine set controller", task));
+        }
+        if role.sets() {
+            let task = tokio::spawn(mcm_controllers::machinedeployment::run(
+                control.clone(),
+                target,
+                mcm_controllers::machinedeployment::Config {
+                    namespace: flags.namespace.clone(),
+                    concurrency: flags.concurrent_syncs.unwrap_or(SET_CONCURRENT_SYNCS),
+                    resync: flags.machine_safety_resync,
+                    autoscaler_scale_down_annotation_during_rollout: flags
+                        .autoscaler_scaledown_annotation_during_rollout,
+                },
+                stopped_when(stopped.clone()),
+            ));
+            tasks.push(("the machine deployment controller", task));
+        }
+        if role.machines() {
+            let task = tokio::spawn(mcm_controllers::references::run(
+                control,
+                flags.namespace.clone(),
+                flags.machine_safety_resync,
+                stopped_when(stopped),
+            ));
+            tasks.push(("the class and secret finalizer controller", task));
+        }
         Ok(Self {
             stop,
-            tasks: vec![
-                ("the machine controller", machine),
-                ("the machine set controller", sets),
-                ("the machine deployment controller", deployments),
-                ("the class and secret finalizer controller", references),
-                ("the API server reachability probes", probes),
-                ("the orphan VM collection", orphans),
-                ("the overshoot safety", overshoot),
-            ],
+            tasks,
             server,
             address,
         })
@@ -426,7 +490,11 @@ pub(crate) async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
         &provider,
         probe,
         &args.controllers,
-        SocketAddr::new(args.address, args.port),
+        SocketAddr::new(
+            args.address,
+            args.port
+                .unwrap_or_else(|| args.controllers.controllers.default_port()),
+        ),
     )
     .await?;
     println!(

@@ -132,3 +132,43 @@ fn a_bad_flag_value_exits_with_a_message_naming_the_flag() {
     assert!(stderr.contains("--max-unhealthy-share"), "{stderr}");
     assert!(stderr.contains("between 0 and 1"), "{stderr}");
 }
+
+/// The reference's two-container layout: `--controllers machine-controller-manager` (sets, deployments) and
+/// `--controllers machine-controller` (machines) in two processes together run the MachineSet example; the set
+/// role alone creates the machines but never runs them.
+#[test]
+fn the_two_roles_in_two_processes_run_a_machine_set() {
+    let server = Server::start("run-roles");
+    for file in ["00-secret.yaml", "01-machine-class.yaml", "20-machine-set.yaml"] {
+        server.kubectl_ok(&["apply", "-f", arg(&example(file))]);
+    }
+    let sets = mcm_run(&server, &["--controllers", "machine-controller-manager"]);
+    address_of(&sets);
+    poll("the set's two machines created", CONDITION_DEADLINE, || {
+        let names = server.kubectl_ok(&["get", "machines", "-o", "name"]);
+        (names.lines().count() == 2).then_some(())
+    });
+    let phases = server.kubectl_ok(&[
+        "get",
+        "machines",
+        "-o",
+        "jsonpath={range .items[*]}{.status.currentStatus.phase}{\"\\n\"}{end}",
+    ]);
+    assert!(
+        !phases.contains("Running"),
+        "without the machine-controller role no machine runs: {phases}"
+    );
+    let machines = mcm_run(&server, &["--controllers", "mc"]);
+    address_of(&machines);
+    poll("both machines Running", CONDITION_DEADLINE, || {
+        let phases = server.kubectl_ok(&[
+            "get",
+            "machines",
+            "-o",
+            "jsonpath={range .items[*]}{.status.currentStatus.phase}{\"\\n\"}{end}",
+        ]);
+        (phases.lines().filter(|p| *p == "Running").count() == 2).then_some(())
+    });
+    drop(machines);
+    drop(sets);
+}
