@@ -4,29 +4,12 @@
 
 mod support;
 
-use std::{
-    io::{Read, Write},
-    net::{SocketAddr, TcpStream},
-    path::PathBuf,
-    process::Command,
-    time::Duration,
-};
+use std::{path::PathBuf, process::Command};
 
-use support::{Background, COMMAND_DEADLINE, CONDITION_DEADLINE, Server, arg, poll};
+use support::{Background, COMMAND_DEADLINE, CONDITION_DEADLINE, Server, address_of, arg, get, poll};
 
 fn example(file: &str) -> PathBuf {
     mcm_testkit::shared_dir().join("examples/local").join(file)
-}
-
-fn get(address: SocketAddr, path: &str) -> String {
-    let mut stream = TcpStream::connect(address).expect("connect to mcm run");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("read timeout");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("send the request");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read the response");
-    response
 }
 
 #[test]
@@ -55,19 +38,12 @@ fn the_example_machine_runs_through_a_provider_out_of_process() {
             "127.0.0.1",
         ]);
     let run = Background::spawn(run, "mcm run".into());
-    let stdout = run.wait_for_stdout("the metrics address", |out| {
-        out.contains("metrics and health on http://")
-    });
+    let address = address_of(&run);
+    let stdout = run.stdout();
     assert!(
         stdout.contains("provider sim at unix://"),
         "the controller found the provider by name: {stdout}"
     );
-    let address: SocketAddr = stdout
-        .split("metrics and health on http://")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|a| a.parse().ok())
-        .expect("an address");
 
     for file in ["00-secret.yaml", "01-machine-class.yaml", "10-machine.yaml"] {
         server.kubectl_ok(&["apply", "-f", arg(&example(file))]);
@@ -88,6 +64,7 @@ fn the_example_machine_runs_through_a_provider_out_of_process() {
     assert!(provider_id.starts_with("sim://"), "{provider_id}");
     poll("the gRPC calls in /metrics", CONDITION_DEADLINE, || {
         get(address, "/metrics")
+            .1
             .contains(r#"mcm_cloud_api_driver_request_duration_seconds_count{provider="sim",operation="CreateMachine"} 1"#)
             .then_some(())
     });
@@ -272,31 +249,21 @@ fn readyz_is_503_while_the_provider_is_unreachable() {
             "127.0.0.1",
         ]);
     let run = Background::spawn(run, "mcm run".into());
-    let stdout = run.wait_for_stdout("the metrics address", |out| {
-        out.contains("metrics and health on http://")
-    });
-    let address: SocketAddr = stdout
-        .split("metrics and health on http://")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|a| a.parse().ok())
-        .expect("an address");
+    let address = address_of(&run);
     let not_ready = poll("a 503 naming the provider", CONDITION_DEADLINE, || {
-        let answer = get(address, "/readyz");
-        (answer.starts_with("HTTP/1.0 503") || answer.starts_with("HTTP/1.1 503"))
-            .then_some(answer)
-            .filter(|a| a.contains("[-]provider failed"))
+        let (status, body) = get(address, "/readyz");
+        (status == 503 && body.contains("[-]provider failed")).then_some(body)
     });
     assert!(not_ready.contains("unreachable"), "{not_ready}");
-    assert!(get(address, "/healthz").contains(" 200 "), "alive all the same");
+    assert_eq!(get(address, "/healthz").0, 200, "alive all the same");
 
     let mut provider = Command::new(env!("CARGO_BIN_EXE_mcm"));
     provider.args(["provider", "sim", "serve", "--endpoint", &endpoint]);
     let provider = Background::spawn(provider, "mcm provider sim serve".into());
     provider.wait_for_stdout("the provider to serve", |out| out.contains("serving on"));
     let ready = poll("a 200 once the provider serves", CONDITION_DEADLINE, || {
-        let answer = get(address, "/readyz");
-        answer.contains(" 200 ").then_some(answer)
+        let (status, body) = get(address, "/readyz");
+        (status == 200).then_some(body)
     });
     assert!(ready.contains("[+]provider ok"), "{ready}");
     drop(run);

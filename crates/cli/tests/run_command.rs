@@ -3,15 +3,9 @@
 
 mod support;
 
-use std::{
-    io::{Read, Write},
-    net::{SocketAddr, TcpStream},
-    path::PathBuf,
-    process::Command,
-    time::Duration,
-};
+use std::{path::PathBuf, process::Command};
 
-use support::{Background, CONDITION_DEADLINE, Server, arg, poll};
+use support::{Background, CONDITION_DEADLINE, Server, address_of, arg, get, poll};
 
 fn example(file: &str) -> PathBuf {
     let path = mcm_testkit::shared_dir().join("examples/local").join(file);
@@ -28,38 +22,6 @@ fn mcm_run(server: &Server, extra: &[&str]) -> Background {
         .args(["--sim-heartbeat-interval", "1s"])
         .args(extra);
     Background::spawn(command, "mcm run".into())
-}
-
-/// A plain HTTP/1.0 GET (no client library needed for two endpoints): status code and body.
-fn get(address: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(address).expect("connect to mcm run");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .expect("read timeout");
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("send the request");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("read the response");
-    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .expect("a status code");
-    (status, body.to_owned())
-}
-
-fn address_of(run: &Background) -> SocketAddr {
-    let stdout = run.wait_for_stdout("the metrics address", |out| {
-        out.contains("metrics and health on http://")
-    });
-    let rest = stdout
-        .split("metrics and health on http://")
-        .nth(1)
-        .expect("the address line");
-    rest.split_whitespace()
-        .next()
-        .and_then(|a| a.parse().ok())
-        .expect("an address")
 }
 
 #[test]

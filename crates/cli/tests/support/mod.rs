@@ -5,7 +5,8 @@
 #![allow(dead_code)] // each test binary uses its own part of the harness
 
 use std::{
-    io::Read,
+    io::{Read, Write},
+    net::{SocketAddr, TcpStream},
     path::{Path, PathBuf},
     process::{Child, Command, ExitStatus, Output, Stdio},
     sync::{Arc, Mutex},
@@ -374,4 +375,37 @@ pub fn kubectl_at(kubeconfig: &Path, cache_dir: &Path, args: &[&str]) -> Output 
 /// A path as a `&str` argument.
 pub fn arg(path: &Path) -> &str {
     path.to_str().expect("UTF-8 path")
+}
+
+/// A plain HTTP/1.0 GET (no client library needed for two endpoints): status code and body.
+pub fn get(address: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).expect("connect to mcm run");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("send the request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read the response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status code");
+    (status, body.to_owned())
+}
+
+/// The address of `/metrics` an `mcm run` or `mcm up` printed at start.
+pub fn address_of(run: &Background) -> SocketAddr {
+    let stdout = run.wait_for_stdout("the metrics address", |out| {
+        out.contains("metrics and health on http://")
+    });
+    let rest = stdout
+        .split("metrics and health on http://")
+        .nth(1)
+        .expect("the address line");
+    rest.split_whitespace()
+        .next()
+        .and_then(|a| a.parse().ok())
+        .expect("an address")
 }
