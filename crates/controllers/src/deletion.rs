@@ -27,6 +27,7 @@ use serde_json::json;
 use crate::{
     drain::{DrainPass, DrainTracker},
     events::{EventType, Recorder},
+    metrics::MachineStep,
 };
 
 /// How many steps one reconcile may go through before it yields (a full flow has seven).
@@ -87,6 +88,8 @@ pub struct Deletion<'a> {
     pub memory: &'a DeletionMemory,
     /// Called after each write of the machine with the resourceVersions before and after (stale-cache guard).
     pub wrote: &'a (dyn Fn(Option<String>, Option<&str>) + Send + Sync),
+    /// Where the drain and delete durations go.
+    pub metrics: Option<&'a crate::metrics::Metrics>,
 }
 
 /// The values fixed for one step of a pass.
@@ -141,6 +144,7 @@ impl Deletion<'_> {
                         return Ok(Some(Duration::from_secs(5)));
                     };
                     let mut tracker = self.tracker(&name);
+                    let started = *tracker.started.get_or_insert(now);
                     let outcome = DrainPass {
                         target,
                         driver: self.driver,
@@ -151,6 +155,17 @@ impl Deletion<'_> {
                     }
                     .run(&mut tracker)
                     .await;
+                    // Over: drained, or a force drain that ended either way (the flow moves on).
+                    if matches!(outcome, drain::DrainOutcome::Drained { .. })
+                        || (mode.force.is_some()
+                            && !matches!(outcome, drain::DrainOutcome::InProgress { .. }))
+                    {
+                        tracker.started = None;
+                        if let Some(metrics) = self.metrics {
+                            let took = crate::metrics::elapsed(started, jiff::Timestamp::now());
+                            metrics.machine_step(MachineStep::Drain, &machine, self.node, self.class, took);
+                        }
+                    }
                     if let Ok(mut drains) = self.memory.drains.lock() {
                         drains.insert(name.clone(), tracker);
                     }
@@ -178,15 +193,26 @@ impl Deletion<'_> {
                             .await;
                         return Ok(Some(self.settings.retry.await_change_resync));
                     };
-                    StepOutcome::DeleteVm(
-                        self.driver
-                            .delete_machine(&DeleteMachineRequest {
-                                machine: machine.clone(),
-                                machine_class: class.clone(),
-                                secret: self.secret.clone(),
-                            })
-                            .await,
-                    )
+                    let result = self
+                        .driver
+                        .delete_machine(&DeleteMachineRequest {
+                            machine: machine.clone(),
+                            machine_class: class.clone(),
+                            secret: self.secret.clone(),
+                        })
+                        .await;
+                    let gone = match &result {
+                        Ok(_) => true,
+                        Err(err) => err.code == mcm_driver::MachineCode::NotFound,
+                    };
+                    // The reference's delete duration: from the deletionTimestamp until the VM is gone.
+                    if let (true, Some(metrics), Some(deleted)) =
+                        (gone, self.metrics, &machine.metadata.deletion_timestamp)
+                    {
+                        let took = crate::metrics::elapsed(deleted.0, jiff::Timestamp::now());
+                        metrics.machine_step(MachineStep::Delete, &machine, self.node, Some(class), took);
+                    }
+                    StepOutcome::DeleteVm(result)
                 }
                 DeletionAction::DeleteNode { node } => StepOutcome::DeleteNode(self.delete_node(node).await),
                 DeletionAction::RemoveFinalizer => StepOutcome::RemoveFinalizer(

@@ -43,6 +43,8 @@ struct Moving {
 /// What a drain remembers between passes, per machine.
 #[derive(Clone, Debug, Default)]
 pub struct DrainTracker {
+    /// When the first pass of this drain ran (for `mcm_machine_drain_duration_seconds`).
+    pub(crate) started: Option<Timestamp>,
     attempts: BTreeMap<String, u32>,
     moving: Option<Moving>,
     evicted: usize,

@@ -7,6 +7,8 @@ pub mod deletion;
 pub mod drain;
 pub mod events;
 mod finalizer;
+pub mod leader;
+pub mod logging;
 pub mod machine;
 pub mod machinedeployment;
 pub mod machineset;

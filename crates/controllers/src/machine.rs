@@ -35,6 +35,7 @@ use serde_json::json;
 
 use crate::{
     events::{EventType, Recorder},
+    metrics::MachineStep as Step,
     migration::Outcome,
 };
 
@@ -86,6 +87,8 @@ pub struct Context {
     freeze: crate::reachability::Freeze,
     /// The orphan collection, poked after each finished deletion.
     orphans: Option<crate::orphans::Trigger>,
+    /// The machine step durations and the failed joins are recorded here.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 /// What `mcm run` hands the machine controller besides its configuration.
@@ -326,11 +329,17 @@ pub async fn run_with(
         freeze,
         orphans,
         config: config.clone(),
+        metrics: metrics.clone(),
     });
+    let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machine", &context.machines);
     controller
         .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, context)
+        .run(
+            meter.reconcile(crate::logging::traced(crate::logging::Kind::Machine, reconcile)),
+            meter.error_policy(error_policy),
+            context,
+        )
         .for_each(|result| async move {
             if let Err(err) = result {
                 tracing::debug!(error = %err, "machine reconcile ended with an error");
@@ -631,7 +640,12 @@ async fn boot_secret(machine: &Machine, secret: &Secret, ctx: &Context) -> Resul
             let expires = jiff::Timestamp::now()
                 + jiff::SignedDuration::try_from(ctx.config.settings.machine_creation_timeout)
                     .unwrap_or_default();
-            let object = userdata::bootstrap_token_secret(&token, &name, expires, "");
+            let object = userdata::bootstrap_token_secret(
+                &token,
+                &name,
+                expires,
+                &ctx.config.settings.bootstrap_token_auth_extra_groups,
+            );
             let api: Api<Secret> = Api::namespaced(target.clone(), "kube-system");
             match api.create(&PostParams::default(), &object).await {
                 Ok(_) => {}
@@ -731,6 +745,7 @@ async fn create(
                     machine = apply_record(ctx, &machine, &record).await?;
                 }
                 let (m, c, s) = request_parts(&machine, class, secret);
+                let started = std::time::Instant::now();
                 let result = ctx
                     .driver
                     .initialize_machine(&InitializeMachineRequest {
@@ -739,6 +754,9 @@ async fn create(
                         secret: s,
                     })
                     .await;
+                if let (Some(metrics), Ok(_)) = (&ctx.metrics, &result) {
+                    metrics.machine_step(Step::Initialize, &machine, None, Some(class), started.elapsed());
+                }
                 Some(CallOutcome::InitializeMachine { vm, result })
             }
             CreationStep::Finish { record, status } => {
@@ -747,6 +765,15 @@ async fn create(
                 }
                 if let Some(status) = status {
                     write_status(ctx, &machine, &status).await?;
+                    // The creation flow is over (phase Pending, or Available without a target cluster): the
+                    // reference's create duration, from the machine's creation.
+                    if let (Some(metrics), Some(created)) =
+                        (&ctx.metrics, &machine.metadata.creation_timestamp)
+                        && status.phase().is_some_and(|p| Some(p) != machine.phase())
+                    {
+                        let took = crate::metrics::elapsed(created.0, jiff::Timestamp::now());
+                        metrics.machine_step(Step::Create, &machine, None, Some(class), took);
+                    }
                 }
                 ctx.clear_failures(&name);
                 return Ok(Action::requeue(ctx.config.settings.retry.await_change_resync));
@@ -942,8 +969,17 @@ async fn check_health(
                 .unwrap_or_default();
             ctx.recorder.record(machine, kind, phase.as_str(), &message).await;
         }
+        if let Some(metrics) = &ctx.metrics
+            && plan.transition == health::HealthTransition::JoinTimedOut
+        {
+            metrics.machine_failed_join(machine, node, Some(class));
+        }
     }
     if let Some(join) = &plan.first_join {
+        if let (Some(metrics), Some(created)) = (&ctx.metrics, &machine.metadata.creation_timestamp) {
+            let took = crate::metrics::elapsed(created.0, now);
+            metrics.machine_step(Step::Join, machine, node, Some(class), took);
+        }
         // The join duration is in the Running lastOperation's description; the reference's annotation
         // `machine-join-duration` would be a sixth write per machine (docs/machine-controller.md).
         let wants_token = secret
@@ -1034,6 +1070,7 @@ async fn delete(machine: &Machine, ctx: &Context) -> Result<Action, Error> {
         recorder: &ctx.recorder,
         memory: &ctx.deletions,
         wrote: &wrote,
+        metrics: ctx.metrics.as_deref(),
     }
     .run(machine)
     .await?;

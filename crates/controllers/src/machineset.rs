@@ -69,12 +69,27 @@ pub async fn run(
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    run_with_metrics(client, config, None, shutdown).await;
+}
+
+/// Runs the MachineSet controller until `shutdown` resolves, its set cache feeding `metrics` at scrape time and its
+/// reconciles metered.
+pub async fn run_with_metrics(
+    client: Client,
+    config: Config,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
     let namespace = config.namespace.clone();
     let controller = Controller::new(
         Api::<MachineSet>::namespaced(client.clone(), &namespace),
         watcher::Config::default(),
     );
     let sets = controller.store();
+    if let Some(metrics) = &metrics {
+        metrics.attach_machine_sets(sets.clone());
+    }
+    let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machineset", &sets);
     let (machines, writer) = reflector::store::<Machine>();
     let machine_stream = watcher(
         Api::<Machine>::namespaced(client.clone(), &namespace),
@@ -109,7 +124,14 @@ pub async fn run(
         .watches_stream(machine_stream, by_machine)
         .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, context)
+        .run(
+            meter.reconcile(crate::logging::traced(
+                crate::logging::Kind::MachineSet,
+                reconcile,
+            )),
+            meter.error_policy(error_policy),
+            context,
+        )
         .for_each(|result| async move {
             if let Err(err) = result {
                 tracing::debug!(error = %err, "machine set reconcile ended with an error");

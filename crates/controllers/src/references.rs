@@ -39,6 +39,17 @@ pub async fn run(
     resync: Duration,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
+    run_with_metrics(client, namespace, resync, None, shutdown).await;
+}
+
+/// [`run`], the reconciles of both controllers metered (`machineclass`, `secret`).
+pub async fn run_with_metrics(
+    client: Client,
+    namespace: String,
+    resync: Duration,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
     let shutdown = shutdown.boxed().shared();
     let (machines, machine_writer) = reflector::store::<Machine>();
     let machine_stream = watcher(
@@ -58,6 +69,8 @@ pub async fn run(
         resync,
     });
 
+    let class_meter =
+        crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machineclass", &context.classes);
     let class_namespace = namespace.clone();
     let classes_done = class_controller
         .watches_stream(machine_stream, move |machine: Machine| {
@@ -65,7 +78,14 @@ pub async fn run(
                 .then(|| ObjectRef::new(&machine.spec.class.name).within(&class_namespace))
         })
         .graceful_shutdown_on(shutdown.clone())
-        .run(reconcile_class, error_policy, context.clone())
+        .run(
+            class_meter.reconcile(crate::logging::traced(
+                crate::logging::Kind::MachineClass,
+                reconcile_class,
+            )),
+            class_meter.error_policy(error_policy::<MachineClass>),
+            context.clone(),
+        )
         .for_each(|_| async {});
 
     // Secrets are looked at when a class changes: those it refers to, and those we hold (a reference may just have
@@ -83,6 +103,7 @@ pub async fn run(
         watcher::Config::default(),
     );
     let secrets = secret_controller.store();
+    let secret_meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "secret", &secrets);
     let secret_namespace = namespace.clone();
     let secrets_done = secret_controller
         .watches_stream(class_stream, move |class: MachineClass| {
@@ -111,8 +132,11 @@ pub async fn run(
         })
         .graceful_shutdown_on(shutdown)
         .run(
-            reconcile_secret,
-            error_policy,
+            secret_meter.reconcile(crate::logging::traced(
+                crate::logging::Kind::Secret,
+                reconcile_secret,
+            )),
+            secret_meter.error_policy(error_policy::<Secret>),
             Arc::new(Context {
                 client,
                 namespace,

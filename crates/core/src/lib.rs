@@ -28,6 +28,7 @@ pub mod descriptions;
 pub mod drain;
 pub mod finalizers;
 pub mod health;
+pub mod leader;
 pub mod machineset;
 pub mod migration;
 pub mod nodesync;

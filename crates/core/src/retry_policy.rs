@@ -33,6 +33,9 @@ pub struct RetrySettings {
     pub jitter: f64,
     /// Safety resync while waiting for a change after a non-retryable failure (10m, the reference's LongRetry).
     pub await_change_resync: Duration,
+    /// The same for `ResourceExhausted` (quota, capacity), which often clears without a change of ours:
+    /// `--resource-exhausted-retry` (10m, as the reference).
+    pub resource_exhausted_retry: Duration,
 }
 
 impl Default for RetrySettings {
@@ -42,6 +45,7 @@ impl Default for RetrySettings {
             backoff_cap: Duration::from_mins(5),
             jitter: 0.5,
             await_change_resync: Duration::from_mins(10),
+            resource_exhausted_retry: Duration::from_mins(10),
         }
     }
 }
@@ -106,6 +110,9 @@ pub fn decide(
     match retry_class(method, code) {
         RetryClass::Auto => RetryDecision::Retry {
             after: backoff(failures, random, settings),
+        },
+        RetryClass::AwaitChange if code == MachineCode::ResourceExhausted => RetryDecision::AwaitChange {
+            resync_after: settings.resource_exhausted_retry,
         },
         RetryClass::AwaitChange => RetryDecision::AwaitChange {
             resync_after: settings.await_change_resync,
@@ -239,6 +246,39 @@ mod tests {
     }
 
     #[test]
+    fn resource_exhausted_is_looked_at_again_after_the_resource_exhausted_retry() {
+        let settings = RetrySettings {
+            resource_exhausted_retry: Duration::from_secs(30),
+            ..RetrySettings::default()
+        };
+        assert_eq!(
+            decide(
+                DriverMethod::CreateMachine,
+                MachineCode::ResourceExhausted,
+                1,
+                0.3,
+                &settings
+            ),
+            RetryDecision::AwaitChange {
+                resync_after: Duration::from_secs(30)
+            }
+        );
+        assert_eq!(
+            decide(
+                DriverMethod::CreateMachine,
+                MachineCode::InvalidArgument,
+                1,
+                0.3,
+                &settings
+            ),
+            RetryDecision::AwaitChange {
+                resync_after: Duration::from_mins(10)
+            },
+            "other codes keep the safety resync"
+        );
+    }
+
+    #[test]
     fn codes_a_table_does_not_list_wait_for_a_change() {
         let decision = decide(
             DriverMethod::CreateMachine,
@@ -320,6 +360,7 @@ mod tests {
             backoff_cap: Duration::MAX,
             jitter: f64::NAN,
             await_change_resync: Duration::ZERO,
+            resource_exhausted_retry: Duration::ZERO,
         };
         for random in [f64::NAN, -1.0, 2.0, f64::INFINITY, 0.5] {
             let _ = backoff(7, random, &odd);
@@ -338,7 +379,7 @@ mod tests {
             backoff_base: Duration::from_millis(base_ms),
             backoff_cap: Duration::from_millis(cap_ms),
             jitter,
-            await_change_resync: Duration::from_mins(10),
+            ..RetrySettings::default()
         })
     }
 

@@ -115,11 +115,27 @@ pub async fn run(
     config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    run_with_metrics(client, target, config, None, shutdown).await;
+}
+
+/// [`run`], the deployment cache feeding `metrics` at scrape time and the reconciles metered.
+pub async fn run_with_metrics(
+    client: Client,
+    target: Option<Client>,
+    config: Config,
+    metrics: Option<Arc<crate::metrics::Metrics>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
     let namespace = config.namespace.clone();
     let controller = Controller::new(
         Api::<MachineDeployment>::namespaced(client.clone(), &namespace),
         watcher::Config::default(),
     );
+    let deployments = controller.store();
+    if let Some(metrics) = &metrics {
+        metrics.attach_machine_deployments(deployments.clone());
+    }
+    let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machinedeployment", &deployments);
     let (sets, set_writer) = reflector::store::<MachineSet>();
     let set_stream = watcher(
         Api::<MachineSet>::namespaced(client.clone(), &namespace),
@@ -182,7 +198,14 @@ pub async fn run(
         .watches_stream(machine_stream, by_machine)
         .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, context)
+        .run(
+            meter.reconcile(crate::logging::traced(
+                crate::logging::Kind::MachineDeployment,
+                reconcile,
+            )),
+            meter.error_policy(error_policy),
+            context,
+        )
         .for_each(|result| async move {
             if let Err(err) = result {
                 tracing::debug!(error = %err, "machine deployment reconcile ended with an error");

@@ -182,6 +182,62 @@ impl Cluster {
         self.set_controllers.push(RunningController { stop, task });
     }
 
+    /// [`Cluster::start_controller`] with `metrics`: the machine cache feeds it at scrape time, the step durations
+    /// and the reconciles are recorded in it.
+    pub fn start_controller_with_metrics(&mut self, metrics: Arc<mcm_controllers::metrics::Metrics>) {
+        assert!(self.controller.is_none(), "one controller at a time");
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(machine::run_with_metrics(
+            self.client.clone(),
+            Some(self.client.clone()),
+            Arc::new(self.driver.clone()),
+            Config {
+                namespace: NAMESPACE.into(),
+                settings: self.settings.clone(),
+                concurrency: 4,
+            },
+            Some(metrics),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        self.controller = Some(RunningController { stop, task });
+    }
+
+    /// [`Cluster::start_set_controllers`] with `metrics`: the set and deployment caches feed it at scrape time, the
+    /// reconciles are recorded in it.
+    pub fn start_set_controllers_with_metrics(
+        &mut self,
+        config: mcm_controllers::machinedeployment::Config,
+        metrics: Arc<mcm_controllers::metrics::Metrics>,
+    ) {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(mcm_controllers::machineset::run_with_metrics(
+            self.client.clone(),
+            mcm_controllers::machineset::Config {
+                namespace: NAMESPACE.into(),
+                concurrency: 4,
+                resync: Duration::from_mins(10),
+            },
+            Some(metrics.clone()),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        self.set_controllers.push(RunningController { stop, task });
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(mcm_controllers::machinedeployment::run_with_metrics(
+            self.client.clone(),
+            Some(self.client.clone()),
+            config,
+            Some(metrics),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        self.set_controllers.push(RunningController { stop, task });
+    }
+
     /// Stops the controller gracefully: reconciles in flight finish.
     pub async fn stop_controller(&mut self) {
         if let Some(controller) = self.controller.take() {
@@ -485,4 +541,34 @@ pub fn error_code(machine: &Machine) -> &str {
         .status
         .as_ref()
         .map_or("", |s| s.last_operation.error_code.as_str())
+}
+
+/// A plain HTTP/1.0 GET of `path` on `address` (no client library needed for one endpoint): status code and body.
+pub async fn http_get(address: std::net::SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(address)
+            .await
+            .expect("connect to the metrics server");
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+            .await
+            .expect("send the request");
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .await
+            .expect("read the response");
+        response
+    };
+    let response = tokio::time::timeout(DEADLINE, exchange)
+        .await
+        .expect("the metrics server answers in time");
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status code");
+    (status, body.to_owned())
 }
