@@ -2,7 +2,9 @@
 //!
 //! **Authentication.** A request carries a bearer token or a client certificate (see docs/apiserver.md, "Node
 //! credentials"):
-//! - the admin token (user `admin`, group `system:masters`), the one credential allowed everything;
+//! - the admin token (user `admin`, group `system:masters`), allowed everything;
+//! - the tokens of a static token file (`--token-auth-file`, kube-apiserver's format, [`TokenFile`]): each line
+//!   names a user and its groups; a user in `system:masters` is allowed everything like the admin;
 //! - a bootstrap token `<token-id>.<token-secret>`, valid while the Secret `kube-system/bootstrap-token-<token-id>`
 //!   of type `bootstrap.kubernetes.io/token` says so (user `system:bootstrap:<token-id>`, groups
 //!   `system:bootstrappers` and the secret's `auth-extra-groups`); the Secret is read on every request, so deleting
@@ -59,7 +61,7 @@ pub struct User {
 }
 
 impl User {
-    /// Member of `system:masters`: only the admin token.
+    /// Member of `system:masters`: the admin token, and the users of the static token file in that group.
     pub fn is_admin(&self) -> bool {
         self.in_group(ADMIN_GROUP)
     }
@@ -111,6 +113,186 @@ impl Authenticator for Authenticators {
 /// Compares without an early exit, so that the time taken does not tell how much of a secret matched.
 pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The users of a static token file, kube-apiserver's `--token-auth-file`: a CSV file with one record per token,
+/// `token,user,uid[,"group1,group2,..."]`. Read once at start (as kube-apiserver does; a change needs a restart).
+///
+/// The format follows kube-apiserver (Go's `encoding/csv` with a variable number of fields): fields may be quoted
+/// with `"` (a quote inside is doubled, and a quoted field may hold commas and newlines), empty lines are skipped,
+/// there are no comments, and a record needs at least three fields (token, user name, uid) or the file is refused.
+/// A record with an empty token is skipped; when a token appears twice, the later record wins. The groups are the
+/// fourth field split at commas (empty names dropped); `system:masters` makes the user an admin. The uid is read
+/// and not used (nothing here records it). One difference: a record with an empty user name is refused (kube-apiserver
+/// would authenticate a user without a name).
+///
+/// Tokens are compared in constant time, never logged, and never part of an error: errors name the line.
+pub struct TokenFile {
+    /// (token, user), in file order; a later duplicate token wins.
+    entries: Vec<(String, User)>,
+}
+
+impl std::fmt::Debug for TokenFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the tokens.
+        f.debug_struct("TokenFile")
+            .field(
+                "users",
+                &self.users().map(|u| u.name.as_str()).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+/// A static token file that could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("token file {path}: {reason}")]
+pub struct TokenFileError {
+    /// The file.
+    pub path: std::path::PathBuf,
+    /// Why (a line number and what is wrong with it; never a token).
+    pub reason: String,
+}
+
+impl TokenFile {
+    /// Reads and parses the file at `path`.
+    pub fn load(path: &std::path::Path) -> Result<Self, TokenFileError> {
+        let error = |reason: String| TokenFileError {
+            path: path.to_owned(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|err| error(err.to_string()))?;
+        Self::parse(&text).map_err(error)
+    }
+
+    /// Parses the text of a token file; Err names the line and the problem.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut entries: Vec<(String, User)> = Vec::new();
+        for (line, fields) in csv_records(text)? {
+            if fields.len() < 3 {
+                return Err(format!(
+                    "line {line}: a record must have at least 3 columns (token, user name, user uid), found {}",
+                    fields.len()
+                ));
+            }
+            let mut fields = fields.into_iter();
+            let (token, name) = (
+                fields.next().unwrap_or_default(),
+                fields.next().unwrap_or_default(),
+            );
+            let _uid = fields.next();
+            if token.is_empty() {
+                tracing::warn!(line, "token file: a record with an empty token is skipped");
+                continue;
+            }
+            if name.is_empty() {
+                return Err(format!("line {line}: the user name is empty"));
+            }
+            let groups = fields
+                .next()
+                .map(|groups| {
+                    groups
+                        .split(',')
+                        .filter(|g| !g.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default();
+            if let Some(index) = entries
+                .iter()
+                .position(|(known, _)| constant_time_eq(known.as_bytes(), token.as_bytes()))
+            {
+                tracing::warn!(line, "token file: a token appears twice; the later record wins");
+                entries.remove(index);
+            }
+            entries.push((token, User { name, groups }));
+        }
+        Ok(Self { entries })
+    }
+
+    /// The users, in file order.
+    pub fn users(&self) -> impl Iterator<Item = &User> {
+        self.entries.iter().map(|(_, user)| user)
+    }
+}
+
+impl Authenticator for TokenFile {
+    fn authenticate(&self, token: &str) -> Option<User> {
+        // Every entry is compared (tokens are unique after parsing), so the time taken does not tell which matched.
+        let mut found = None;
+        for (known, user) in &self.entries {
+            if constant_time_eq(known.as_bytes(), token.as_bytes()) {
+                found = Some(user);
+            }
+        }
+        found.cloned()
+    }
+}
+
+/// The records of a CSV text as Go's `encoding/csv` reads them by default (variable field count): (line of the
+/// record's start, fields). Quoted fields may hold commas, newlines and doubled quotes; a quote inside an unquoted
+/// field or after a quoted one is an error; empty lines are skipped; `\r\n` ends a line like `\n`.
+fn csv_records(text: &str) -> Result<Vec<(usize, Vec<String>)>, String> {
+    let text = text.replace("\r\n", "\n");
+    let mut chars = text.chars().peekable();
+    let mut records = Vec::new();
+    let mut line = 1;
+    while let Some(&first) = chars.peek() {
+        if first == '\n' {
+            chars.next();
+            line += 1;
+            continue;
+        }
+        let start = line;
+        let mut fields = Vec::new();
+        loop {
+            let mut field = String::new();
+            if chars.peek() == Some(&'"') {
+                chars.next();
+                loop {
+                    match chars.next() {
+                        None => return Err(format!("line {start}: a quoted field is not closed")),
+                        Some('"') if chars.peek() == Some(&'"') => {
+                            chars.next();
+                            field.push('"');
+                        }
+                        Some('"') => break,
+                        Some(c) => {
+                            if c == '\n' {
+                                line += 1;
+                            }
+                            field.push(c);
+                        }
+                    }
+                }
+                if !matches!(chars.peek(), None | Some(',' | '\n')) {
+                    return Err(format!("line {line}: extraneous or missing \" in a quoted field"));
+                }
+            } else {
+                while let Some(&c) = chars.peek() {
+                    match c {
+                        ',' | '\n' => break,
+                        '"' => return Err(format!("line {line}: bare \" in a non-quoted field")),
+                        _ => {
+                            field.push(c);
+                            chars.next();
+                        }
+                    }
+                }
+            }
+            fields.push(field);
+            match chars.next() {
+                Some(',') => {}
+                Some('\n') => {
+                    line += 1;
+                    break;
+                }
+                _ => break,
+            }
+        }
+        records.push((start, fields));
+    }
+    Ok(records)
 }
 
 /// Authenticates bootstrap tokens against their Secrets in `kube-system`, read from the store on every request.
@@ -994,6 +1176,89 @@ mod tests {
         assert_eq!(chain.authenticate("s3cret"), Some(admin()));
         assert_eq!(chain.authenticate("s3cre"), None);
         assert_eq!(chain.authenticate(""), None);
+    }
+
+    #[test]
+    fn a_token_file_record_is_token_user_uid_and_groups_as_kube_apiserver_reads_it() {
+        let file = TokenFile::parse(concat!(
+            "t0k3n-a,system:serviceaccount:mcm:mcm,uid-1,\"system:masters,team-a\"\n",
+            "\n",
+            "t0k3n-b,bob,uid-2\r\n",
+            "t0k3n-c,\"carol, the \"\"admin\"\"\",uid-3,\"g1,,g2\",ignored-extra\n",
+            "t0k3n-d,dave,uid-4,",
+        ))
+        .unwrap();
+        assert_eq!(
+            file.authenticate("t0k3n-a"),
+            Some(user("system:serviceaccount:mcm:mcm", &[ADMIN_GROUP, "team-a"]))
+        );
+        assert!(file.authenticate("t0k3n-a").unwrap().is_admin());
+        assert_eq!(file.authenticate("t0k3n-b"), Some(user("bob", &[])));
+        assert!(!file.authenticate("t0k3n-b").unwrap().is_admin());
+        assert_eq!(
+            file.authenticate("t0k3n-c"),
+            Some(user("carol, the \"admin\"", &["g1", "g2"]))
+        );
+        assert_eq!(file.authenticate("t0k3n-d"), Some(user("dave", &[])));
+        for wrong in ["t0k3n", "t0k3n-a ", "T0K3N-A", ""] {
+            assert_eq!(file.authenticate(wrong), None, "{wrong:?}");
+        }
+        assert_eq!(file.users().count(), 4);
+    }
+
+    #[test]
+    fn a_token_file_skips_empty_tokens_and_the_later_duplicate_wins() {
+        let file = TokenFile::parse(",nobody,uid-0\nsame,first,1\nsame,second,2,g\n").unwrap();
+        assert_eq!(file.authenticate("same"), Some(user("second", &["g"])));
+        assert_eq!(file.authenticate(""), None);
+        assert_eq!(file.users().count(), 1);
+        // A quoted field may span lines: the next record starts after it.
+        let file = TokenFile::parse("a,\"multi\nline\",u\nb,next,u\n").unwrap();
+        assert_eq!(file.authenticate("a").unwrap().name, "multi\nline");
+        assert_eq!(file.authenticate("b").unwrap().name, "next");
+    }
+
+    #[test]
+    fn a_malformed_token_file_is_refused_naming_the_line_and_never_the_token() {
+        for (text, line, why) in [
+            ("s3cret-1,alice\n", "line 1", "at least 3 columns"),
+            ("s3cret-1,alice,u\n# comment\n", "line 2", "at least 3 columns"),
+            ("s3cret-1,alice,u\ns3cret-2,,u\n", "line 2", "user name is empty"),
+            ("s3cret-1,al\"ice,u\n", "line 1", "bare \""),
+            ("s3cret-1,\"alice\"x,u\n", "line 1", "extraneous"),
+            ("s3cret-1,alice,u\ns3cret-2,\"bob,u\n", "line 2", "not closed"),
+        ] {
+            let error = TokenFile::parse(text).unwrap_err();
+            assert!(error.contains(line) && error.contains(why), "{text:?}: {error}");
+            assert!(!error.contains("s3cret"), "{error}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.csv");
+        std::fs::write(&path, "s3cret-1,alice\n").unwrap();
+        let error = TokenFile::load(&path).unwrap_err().to_string();
+        assert!(
+            error.contains("tokens.csv") && error.contains("line 1"),
+            "{error}"
+        );
+        assert!(!error.contains("s3cret"), "{error}");
+        assert!(TokenFile::load(&dir.path().join("missing.csv")).is_err());
+        let file = TokenFile::parse("s3cret-1,alice,u\n").unwrap();
+        assert!(!format!("{file:?}").contains("s3cret"), "{file:?}");
+    }
+
+    #[test]
+    fn token_file_users_are_authorized_by_their_groups() {
+        let file =
+            TokenFile::parse("a,mcm,u,system:masters\nb,viewer,u,team\nc,system:node:n1,u,system:nodes\n")
+                .unwrap();
+        let mcm = file.authenticate("a").unwrap();
+        assert!(may(&mcm, "delete", NODES, None, Some("n2"), None));
+        let viewer = file.authenticate("b").unwrap();
+        assert!(!may(&viewer, "get", NODES, None, Some("n1"), None));
+        let node = file.authenticate("c").unwrap();
+        assert_eq!(node.node_name(), Some("n1"));
+        assert!(may(&node, "get", NODES, None, Some("n2"), None));
+        assert!(!may(&node, "patch", NODES, None, Some("n2"), None));
     }
 
     #[test]

@@ -352,7 +352,13 @@ async fn serve(
                 Some(sub) => format!("{}/{sub}", def.group_resource()),
                 None => def.group_resource(),
             };
-            state.requests.record(&user.name, verb, &resource);
+            state.requests.record_request(
+                &user.name,
+                verb,
+                &resource,
+                namespace.as_deref().filter(|_| def.namespaced),
+                auth::request_name(verb, name.as_deref(), query.get("fieldSelector")),
+            );
             if let Some(failure) = state.hooks.injected_failure(&parts.method) {
                 return Err(failure);
             }

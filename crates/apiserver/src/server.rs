@@ -52,6 +52,9 @@ pub struct Config {
     pub watch_delay: Duration,
     /// Test hook: fail a share of requests with a chosen status; None by default.
     pub failure: Option<crate::hooks::Failure>,
+    /// A static token file (kube-apiserver's `--token-auth-file`, [`auth::TokenFile`]): more users besides the
+    /// admin, read once at start. None by default.
+    pub token_auth_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -70,6 +73,7 @@ impl Config {
             node_monitor_period: Duration::from_secs(1),
             watch_delay: Duration::ZERO,
             failure: None,
+            token_auth_file: None,
         }
     }
 }
@@ -102,6 +106,9 @@ pub enum ServerError {
     /// Setting up the server's state failed.
     #[error("cannot initialize the server: {0}")]
     Init(String),
+    /// The static token file could not be read.
+    #[error(transparent)]
+    TokenFile(#[from] auth::TokenFileError),
 }
 
 /// A running server.
@@ -133,6 +140,7 @@ impl ApiServer {
             source,
         };
         std::fs::create_dir_all(dir).map_err(io_err)?;
+        let token_file = load_token_file(&config)?;
         let mut hosts = Vec::new();
         if !config.bind.is_loopback() && !config.bind.is_unspecified() {
             hosts.push(config.bind.to_string());
@@ -182,10 +190,7 @@ impl ApiServer {
             openapi: Arc::new(OpenApi::build(&registry)),
             registry: registry.clone(),
             store: Arc::clone(&store),
-            auth: Arc::new(auth::Authenticators(vec![
-                Box::new(AdminToken(token)),
-                Box::new(auth::BootstrapTokens::new(Arc::clone(&store))),
-            ])),
+            auth: Arc::new(authenticators(token, token_file, &store)),
             pki: Arc::new(pki.clone()),
             server_address: SocketAddr::new(host, local.port()).to_string(),
             bookmark_interval: config.bookmark_interval,
@@ -257,6 +262,30 @@ impl ApiServer {
         while self.tasks.join_next().await.is_some() {}
         tracing::info!(url = %self.url, "API server stopped");
     }
+}
+
+/// The static token file of the configuration, if any (read once; its tokens are never logged).
+fn load_token_file(config: &Config) -> Result<Option<auth::TokenFile>, ServerError> {
+    let Some(path) = &config.token_auth_file else {
+        return Ok(None);
+    };
+    let file = auth::TokenFile::load(path)?;
+    tracing::info!(path = %path.display(), users = file.users().count(), "static token file read");
+    Ok(Some(file))
+}
+
+/// Who may call: the admin token first, then the static token file, then bootstrap tokens.
+fn authenticators(
+    admin: String,
+    token_file: Option<auth::TokenFile>,
+    store: &Arc<Store>,
+) -> auth::Authenticators {
+    let mut chain: Vec<Box<dyn auth::Authenticator>> = vec![Box::new(AdminToken(admin))];
+    if let Some(file) = token_file {
+        chain.push(Box::new(file));
+    }
+    chain.push(Box::new(auth::BootstrapTokens::new(Arc::clone(store))));
+    auth::Authenticators(chain)
 }
 
 async fn accept_loop(
