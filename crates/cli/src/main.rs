@@ -5,6 +5,7 @@ use std::{io::Write, net::IpAddr, path::PathBuf, time::Duration};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+mod client;
 mod node_agent;
 mod provider;
 mod run;
@@ -17,6 +18,10 @@ struct Cli {
     /// Log format: `text` or `json`.
     #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
+    /// Log verbosity as klog's `--v` of the reference: 0-3 info, 4-5 debug, 6 and above trace. RUST_LOG, when set,
+    /// takes precedence (e.g. `RUST_LOG=mcm_controllers=debug`).
+    #[arg(long = "v", global = true, default_value_t = 0, value_name = "LEVEL")]
+    verbosity: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -93,6 +98,11 @@ struct ApiserverArgs {
     /// Test hook: inject failures into writes only (POST, PUT, PATCH, DELETE), never reads.
     #[arg(long)]
     test_fail_writes_only: bool,
+    /// A static token file as kube-apiserver's: CSV records `token,user,uid[,"group1,group2"]`, read once at start.
+    /// Its users authenticate with their bearer tokens besides the admin; a user in `system:masters` may do
+    /// everything. Tokens are never logged.
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
 }
 
 pub(crate) fn parse_share(text: &str) -> Result<f64, String> {
@@ -108,9 +118,18 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|err| err.to_string())
 }
 
-fn init_logging(format: &str) {
+/// The log level of a klog verbosity.
+fn level_of(verbosity: u8) -> &'static str {
+    match verbosity {
+        0..=3 => "info",
+        4..=5 => "debug",
+        _ => "trace",
+    }
+}
+
+fn init_logging(format: &str, verbosity: u8) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level_of(verbosity)));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -133,23 +152,23 @@ fn main() -> anyhow::Result<()> {
                 .context("writing to standard output")?;
         }
         Command::Run(args) => {
-            init_logging(&cli.log_format);
+            init_logging(&cli.log_format, cli.verbosity);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(run::run_controllers(*args))?;
         }
         Command::Provider(args) => provider::main(args)?,
         Command::Up(args) => {
-            init_logging(&cli.log_format);
+            init_logging(&cli.log_format, cli.verbosity);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(up::up(*args))?;
         }
         Command::Down(args) => up::down(args)?,
         Command::NodeAgent(args) => {
-            init_logging(&cli.log_format);
+            init_logging(&cli.log_format, cli.verbosity);
             std::process::exit(node_agent::main(args));
         }
         Command::Apiserver(args) => {
-            init_logging(&cli.log_format);
+            init_logging(&cli.log_format, cli.verbosity);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(run_apiserver(args))?;
         }
@@ -167,6 +186,7 @@ async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     config.node_monitor_grace_period = args.node_monitor_grace_period;
     config.node_monitor_period = args.node_monitor_period;
     config.gc_interval = args.gc_interval;
+    config.token_auth_file = args.token_auth_file;
     config.watch_delay = args.test_watch_delay;
     config.failure = (args.test_fail_share > 0.0).then_some(mcm_apiserver::hooks::Failure {
         share: args.test_fail_share,
@@ -185,15 +205,6 @@ async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     wait_for_signal().await?;
     server.shutdown().await;
     Ok(())
-}
-
-pub(crate) async fn client_from(path: &std::path::Path) -> anyhow::Result<kube::Client> {
-    let file =
-        kube::config::Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-        .await
-        .with_context(|| format!("using {}", path.display()))?;
-    kube::Client::try_from(config).context("building the client")
 }
 
 pub(crate) async fn wait_for_signal() -> anyhow::Result<()> {

@@ -269,7 +269,7 @@ async fn serve_sim(args: SimServeArgs, env: ProviderEnv) -> anyhow::Result<()> {
     let driver = mcm_provider_sim::SimDriver::new(mcm_provider_sim::SimConfig::default());
     let kubelet = match &args.target_kubeconfig {
         Some(path) => {
-            let client = crate::client_from(path).await?;
+            let client = crate::client::from_kubeconfig(path).await?;
             let config = mcm_provider_sim::KubeletConfig {
                 heartbeat_interval: args.sim_heartbeat_interval,
                 ..mcm_provider_sim::KubeletConfig::default()

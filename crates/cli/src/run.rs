@@ -7,7 +7,7 @@ use std::{net::IpAddr, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration
 use anyhow::Context;
 use clap::Args;
 
-use crate::{client_from, parse_duration, parse_share, wait_for_signal};
+use crate::{parse_duration, parse_share, wait_for_signal};
 
 /// Which controllers a process runs: both roles of the reference, or one of its two binaries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -52,7 +52,8 @@ const MACHINE_CONCURRENT_SYNCS: u16 = 50;
 const SET_CONCURRENT_SYNCS: u16 = 10;
 
 /// The flags of the controllers, shared by `mcm run` and `mcm up`.
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
+#[allow(clippy::struct_excessive_bools)] // command-line flags, as the reference names them
 pub(crate) struct ControllerFlags {
     /// Which controllers to run: all (default), machine-controller-manager (alias mcm: sets, deployments, overshoot
     /// safety) or machine-controller (alias mc: machines, finalizers, orphan collection, reachability freeze), for
@@ -142,20 +143,82 @@ pub(crate) struct ControllerFlags {
     /// The back-off never waits longer than this.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub(crate) machine_retry_backoff_cap: Duration,
+    /// How long a machine may take to update in place before it is Failed (kept in the settings; in-place updates
+    /// are not implemented yet).
+    #[arg(long, default_value = "20m", value_parser = parse_duration)]
+    pub(crate) machine_inplace_update_timeout: Duration,
+    /// How long a preserved machine is kept (kept in the settings; preservation is not implemented yet).
+    #[arg(long, default_value = "96h", value_parser = parse_duration)]
+    pub(crate) machine_preserve_timeout: Duration,
+    /// Extra groups of the bootstrap tokens created for machines whose userData asks for one (comma-separated;
+    /// the token Secret's `auth-extra-groups`).
+    #[arg(long, default_value = "")]
+    pub(crate) bootstrap_token_auth_extra_groups: String,
+    /// After ResourceExhausted (quota, capacity) a machine is tried again after this long even if nothing changed;
+    /// 0 means the default.
+    #[arg(long, default_value = "10m", value_parser = parse_duration)]
+    pub(crate) resource_exhausted_retry: Duration,
+    /// Run the controllers only while holding the leader Lease, so that a second instance stands by (the lock is
+    /// `machine-controller-manager` for the set controllers and `machine-controller` for the machine controller, in
+    /// --leader-elect-resource-namespace).
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub(crate) leader_elect: bool,
+    /// How long a leader's Lease is valid without a renewal: a standby takes over after this when the leader dies.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub(crate) leader_elect_lease_duration: Duration,
+    /// A leader that could not renew its Lease for this long stops (the process exits, as the reference's does).
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub(crate) leader_elect_renew_deadline: Duration,
+    /// How often a standby tries to take the Lease and the leader renews it.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub(crate) leader_elect_retry_period: Duration,
+    /// The kind of lock: only `leases` (coordination.k8s.io/v1), the reference's default.
+    #[arg(long, default_value = "leases", value_parser = ["leases"])]
+    pub(crate) leader_elect_resource_lock: String,
+    /// The namespace of the Lease; by default --namespace.
+    #[arg(long)]
+    pub(crate) leader_elect_resource_namespace: Option<String>,
+    /// The informer resync period of the reference (12h). Accepted for compatibility; no effect: caches here are
+    /// event driven and each controller has its own safety resync (--machine-safety-resync).
+    #[arg(long, default_value = "12h", value_parser = parse_duration)]
+    pub(crate) min_resync_period: Duration,
+    /// Accepted for compatibility with the reference (parsed but unused there too); no effect.
+    #[arg(long, default_value = "")]
+    pub(crate) cloud_provider: String,
+    /// Accepted for compatibility with the reference (parsed but unused there too); no effect: requests are JSON.
+    #[arg(long, default_value = "application/vnd.kubernetes.protobuf")]
+    pub(crate) kube_api_content_type: String,
+    /// Accepted for compatibility with the reference (parsed but unused there too); no effect.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub(crate) controller_start_interval: Duration,
+    /// Accepted for compatibility with the reference; no effect (Go's pprof has no counterpart here).
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub(crate) profiling: bool,
+    /// Accepted for compatibility with the reference; no effect.
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub(crate) contention_profiling: bool,
+    /// Requests per second to each API server on average (client side, as client-go's limiter); 0 turns the limit
+    /// off.
+    #[arg(long, default_value_t = 20.0)]
+    pub(crate) kube_api_qps: f32,
+    /// Requests that may go out back to back above the average.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) kube_api_burst: u32,
     /// While a rollout has old machines, annotate every node of the deployment
     /// `cluster-autoscaler.kubernetes.io/scale-down-disabled=true` (removed again when it completes).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub(crate) autoscaler_scaledown_annotation_during_rollout: bool,
 }
 
 /// `mcm run`.
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// Kubeconfig of the control cluster (machines, classes, secrets).
+    /// Kubeconfig of the control cluster (machines, classes, secrets). Defaults to the target kubeconfig; with
+    /// neither, or `inClusterConfig`, the pod's service account (in-cluster configuration).
     #[arg(long)]
-    pub(crate) control_kubeconfig: PathBuf,
-    /// Kubeconfig of the target cluster (nodes), or `none`: machines then become Available and nodes are not
-    /// watched. Defaults to the control kubeconfig.
+    pub(crate) control_kubeconfig: Option<String>,
+    /// Kubeconfig of the target cluster (nodes, pods), or `none`: machines then become Available without a node, are
+    /// never drained, and nodes are not watched. Defaults to the control kubeconfig.
     #[arg(long)]
     pub(crate) target_kubeconfig: Option<String>,
     /// The built-in provider to drive (`sim`: in-memory machines with a simulated kubelet on the target cluster).
@@ -190,6 +253,36 @@ pub(crate) struct RunArgs {
 }
 
 impl ControllerFlags {
+    /// Warns about the flags accepted only for compatibility when they are set to anything but their default, so a
+    /// reference deployment's flags work and nobody believes they do something.
+    pub(crate) fn warn_ignored(&self) {
+        let ignored = [
+            ("--profiling", self.profiling),
+            ("--contention-profiling", self.contention_profiling),
+            ("--cloud-provider", !self.cloud_provider.is_empty()),
+            (
+                "--controller-start-interval",
+                !self.controller_start_interval.is_zero(),
+            ),
+        ];
+        for (flag, set) in ignored {
+            if set {
+                tracing::warn!(
+                    flag,
+                    "accepted for compatibility with the reference; it has no effect"
+                );
+            }
+        }
+    }
+
+    /// The client-side request limit of `--kube-api-qps` and `--kube-api-burst`.
+    pub(crate) fn rate_limit(&self) -> crate::client::RateLimit {
+        crate::client::RateLimit {
+            qps: self.kube_api_qps,
+            burst: self.kube_api_burst,
+        }
+    }
+
     /// The machine controller's settings from the flags.
     fn settings(&self) -> mcm_core::ControllerSettings {
         let mut settings = mcm_core::ControllerSettings {
@@ -202,8 +295,14 @@ impl ControllerFlags {
             machine_pv_reattach_timeout: self.machine_pv_reattach_timeout,
             evict_retry_interval: self.machine_evict_retry_interval,
             controller_node: self.controller_node.clone().filter(|n| !n.is_empty()),
+            machine_inplace_update_timeout: self.machine_inplace_update_timeout,
+            machine_preserve_timeout: self.machine_preserve_timeout,
+            bootstrap_token_auth_extra_groups: self.bootstrap_token_auth_extra_groups.clone(),
             ..mcm_core::ControllerSettings::default()
         };
+        if !self.resource_exhausted_retry.is_zero() {
+            settings.retry.resource_exhausted_retry = self.resource_exhausted_retry;
+        }
         settings.retry.await_change_resync = self.machine_safety_resync;
         settings.retry.backoff_base = self.machine_retry_backoff_base;
         settings.retry.backoff_cap = self.machine_retry_backoff_cap;
@@ -248,9 +347,6 @@ impl Controllers {
             registry.clone(),
         ));
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let stopped_when = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        };
         if let Some(probe) = probe {
             watch_provider(probe, &registry, stopped_when(stopped.clone()));
         }
@@ -259,117 +355,59 @@ impl Controllers {
                 .await
                 .with_context(|| format!("serving metrics on {metrics}"))?;
         tracing::info!(namespace = %flags.namespace, provider, %address, "controllers starting");
-        let role = flags.controllers;
-        let mut tasks = Vec::new();
         let trigger = mcm_controllers::orphans::Trigger::new();
         // GetMachineStatus answering OutOfRange (several VMs for one machine) starts an orphan pass.
         let driver: Arc<dyn mcm_driver::Driver> = Arc::new(mcm_controllers::orphans::PokeOnOutOfRange::new(
             driver,
             trigger.clone(),
         ));
-        if role.machines() {
-            let task = tokio::spawn(
-                mcm_controllers::orphans::Collector::new(
-                    control.clone(),
-                    target.clone(),
-                    driver.clone(),
-                    mcm_controllers::orphans::Config {
-                        period: flags.machine_safety_orphan_vms_period,
-                        grace: flags.machine_safety_orphan_vms_grace,
-                        creation_timeout: flags.machine_creation_timeout,
-                        dry_run: flags.orphan_collection_dry_run,
-                        ..mcm_controllers::orphans::Config::new(flags.namespace.clone())
-                    },
-                    trigger.clone(),
-                )
-                .with_metrics(registry.clone())
-                .run(stopped_when(stopped.clone())),
+        let halves = Arc::new(Halves {
+            control: control.clone(),
+            target,
+            driver,
+            flags: flags.clone(),
+            registry: registry.clone(),
+            trigger,
+        });
+        let role = flags.controllers;
+        let identity = mcm_controllers::leader::default_identity();
+        let mut tasks = Vec::new();
+        let wanted: [(bool, &str, StartHalf); 2] = [
+            (
+                role.machines(),
+                mcm_core::leader::MC_LOCK_NAME,
+                Halves::start_machines,
+            ),
+            (role.sets(), mcm_core::leader::MCM_LOCK_NAME, Halves::start_sets),
+        ];
+        for (wanted, lock, start) in wanted {
+            if !wanted {
+                continue;
+            }
+            if !flags.leader_elect {
+                tasks.extend(start(&halves, &stopped));
+                continue;
+            }
+            let mut config = mcm_controllers::leader::Config::new(
+                flags
+                    .leader_elect_resource_namespace
+                    .clone()
+                    .unwrap_or_else(|| flags.namespace.clone()),
+                lock,
+                identity.clone(),
             );
-            tasks.push(("the orphan VM collection", task));
+            config.settings = mcm_core::leader::LeaderElectionSettings {
+                lease_duration: flags.leader_elect_lease_duration,
+                renew_deadline: flags.leader_elect_renew_deadline,
+                retry_period: flags.leader_elect_retry_period,
+            };
+            let elector = mcm_controllers::leader::LeaderElector::new(control.clone(), config)
+                .map_err(anyhow::Error::msg)?;
+            registry.add_readiness_check(&format!("leader-election {lock}"), elector.readiness());
+            let task = tokio::spawn(lead(elector, halves.clone(), start, stopped.clone()));
+            tasks.push(("leader election", task));
         }
-        if role.sets() {
-            let task = tokio::spawn(mcm_controllers::overshoot::run(
-                control.clone(),
-                mcm_controllers::overshoot::Config {
-                    period: flags.machine_safety_overshooting_period,
-                    safety_up: flags.safety_up,
-                    safety_down: flags.safety_down,
-                    ..mcm_controllers::overshoot::Config::new(flags.namespace.clone())
-                },
-                stopped_when(stopped.clone()),
-            ));
-            tasks.push(("the overshoot safety", task));
-        }
-        let freeze = mcm_controllers::reachability::Freeze::default();
-        if role.machines() {
-            let task = tokio::spawn(mcm_controllers::reachability::run(
-                control.clone(),
-                target.clone(),
-                mcm_controllers::reachability::Config {
-                    namespace: flags.namespace.clone(),
-                    settings: reachability,
-                },
-                freeze.clone(),
-                Some(registry.clone()),
-                stopped_when(stopped.clone()),
-            ));
-            tasks.push(("the API server reachability probes", task));
-        }
-        if role.machines() {
-            let task = tokio::spawn(mcm_controllers::machine::run_with(
-                control.clone(),
-                target.clone(),
-                driver,
-                mcm_controllers::machine::Config {
-                    namespace: flags.namespace.clone(),
-                    settings: flags.settings(),
-                    concurrency: flags.concurrent_syncs.unwrap_or(MACHINE_CONCURRENT_SYNCS),
-                },
-                mcm_controllers::machine::Extras {
-                    metrics: Some(registry),
-                    freeze,
-                    orphans: Some(trigger),
-                },
-                stopped_when(stopped.clone()),
-            ));
-            tasks.push(("the machine controller", task));
-        }
-        if role.sets() {
-            let task = tokio::spawn(mcm_controllers::machineset::run(
-                control.clone(),
-                mcm_controllers::machineset::Config {
-                    namespace: flags.namespace.clone(),
-                    concurrency: flags.concurrent_syncs.unwrap_or(SET_CONCURRENT_SYNCS),
-                    resync: flags.machine_safety_resync,
-                },
-                stopped_when(stopped.clone()),
-            ));
-            tasks.push(("the machine set controller", task));
-        }
-        if role.sets() {
-            let task = tokio::spawn(mcm_controllers::machinedeployment::run(
-                control.clone(),
-                target,
-                mcm_controllers::machinedeployment::Config {
-                    namespace: flags.namespace.clone(),
-                    concurrency: flags.concurrent_syncs.unwrap_or(SET_CONCURRENT_SYNCS),
-                    resync: flags.machine_safety_resync,
-                    autoscaler_scale_down_annotation_during_rollout: flags
-                        .autoscaler_scaledown_annotation_during_rollout,
-                },
-                stopped_when(stopped.clone()),
-            ));
-            tasks.push(("the machine deployment controller", task));
-        }
-        if role.machines() {
-            let task = tokio::spawn(mcm_controllers::references::run(
-                control,
-                flags.namespace.clone(),
-                flags.machine_safety_resync,
-                stopped_when(stopped),
-            ));
-            tasks.push(("the class and secret finalizer controller", task));
-        }
+        tracing::info!(identity, leader_elect = flags.leader_elect, "controllers started");
         Ok(Self {
             stop,
             tasks,
@@ -388,6 +426,186 @@ impl Controllers {
         let _ = self.server.await;
         Ok(())
     }
+}
+
+/// A future resolving when the process stops.
+async fn stopped_when(mut rx: tokio::sync::watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+/// The named tasks of a started half.
+type Tasks = Vec<(&'static str, tokio::task::JoinHandle<()>)>;
+/// Starts one half of the controllers (each stops when the process stops).
+type StartHalf = fn(&Halves, &tokio::sync::watch::Receiver<bool>) -> Tasks;
+
+/// What the two halves of the controllers share: the reference's machine-controller (machines) and
+/// machine-controller-manager (sets and deployments), each started when its Lease is held.
+struct Halves {
+    control: kube::Client,
+    target: Option<kube::Client>,
+    driver: Arc<dyn mcm_driver::Driver>,
+    flags: ControllerFlags,
+    registry: Arc<mcm_controllers::metrics::Metrics>,
+    trigger: mcm_controllers::orphans::Trigger,
+}
+
+impl Halves {
+    /// The machine controller, the class and secret finalizers, the orphan collection and the API server
+    /// reachability freeze.
+    fn start_machines(&self, stopped: &tokio::sync::watch::Receiver<bool>) -> Tasks {
+        let flags = &self.flags;
+        let reachability = mcm_core::reachability::ReachabilitySettings {
+            period: flags.machine_safety_apiserver_statuscheck_period,
+            timeout: flags.machine_safety_apiserver_statuscheck_timeout,
+        };
+        let orphans = tokio::spawn(
+            mcm_controllers::orphans::Collector::new(
+                self.control.clone(),
+                self.target.clone(),
+                self.driver.clone(),
+                mcm_controllers::orphans::Config {
+                    period: flags.machine_safety_orphan_vms_period,
+                    grace: flags.machine_safety_orphan_vms_grace,
+                    creation_timeout: flags.machine_creation_timeout,
+                    dry_run: flags.orphan_collection_dry_run,
+                    ..mcm_controllers::orphans::Config::new(flags.namespace.clone())
+                },
+                self.trigger.clone(),
+            )
+            .with_metrics(self.registry.clone())
+            .run(stopped_when(stopped.clone())),
+        );
+        let freeze = mcm_controllers::reachability::Freeze::default();
+        let probes = tokio::spawn(mcm_controllers::reachability::run(
+            self.control.clone(),
+            self.target.clone(),
+            mcm_controllers::reachability::Config {
+                namespace: flags.namespace.clone(),
+                settings: reachability,
+            },
+            freeze.clone(),
+            Some(self.registry.clone()),
+            stopped_when(stopped.clone()),
+        ));
+        let machines = tokio::spawn(mcm_controllers::machine::run_with(
+            self.control.clone(),
+            self.target.clone(),
+            self.driver.clone(),
+            mcm_controllers::machine::Config {
+                namespace: flags.namespace.clone(),
+                settings: flags.settings(),
+                concurrency: flags.concurrent_syncs.unwrap_or(MACHINE_CONCURRENT_SYNCS),
+            },
+            mcm_controllers::machine::Extras {
+                metrics: Some(self.registry.clone()),
+                freeze,
+                orphans: Some(self.trigger.clone()),
+            },
+            stopped_when(stopped.clone()),
+        ));
+        let references = tokio::spawn(mcm_controllers::references::run_with_metrics(
+            self.control.clone(),
+            flags.namespace.clone(),
+            flags.machine_safety_resync,
+            Some(self.registry.clone()),
+            stopped_when(stopped.clone()),
+        ));
+        vec![
+            ("the orphan VM collection", orphans),
+            ("the API server reachability probes", probes),
+            ("the machine controller", machines),
+            ("the class and secret finalizer controller", references),
+        ]
+    }
+
+    /// The MachineSet and MachineDeployment controllers and the overshoot safety.
+    fn start_sets(&self, stopped: &tokio::sync::watch::Receiver<bool>) -> Tasks {
+        let flags = &self.flags;
+        let overshoot = tokio::spawn(mcm_controllers::overshoot::run(
+            self.control.clone(),
+            mcm_controllers::overshoot::Config {
+                period: flags.machine_safety_overshooting_period,
+                safety_up: flags.safety_up,
+                safety_down: flags.safety_down,
+                ..mcm_controllers::overshoot::Config::new(flags.namespace.clone())
+            },
+            stopped_when(stopped.clone()),
+        ));
+        let sets = tokio::spawn(mcm_controllers::machineset::run_with_metrics(
+            self.control.clone(),
+            mcm_controllers::machineset::Config {
+                namespace: flags.namespace.clone(),
+                concurrency: flags.concurrent_syncs.unwrap_or(SET_CONCURRENT_SYNCS),
+                resync: flags.machine_safety_resync,
+            },
+            Some(self.registry.clone()),
+            stopped_when(stopped.clone()),
+        ));
+        let deployments = tokio::spawn(mcm_controllers::machinedeployment::run_with_metrics(
+            self.control.clone(),
+            self.target.clone(),
+            mcm_controllers::machinedeployment::Config {
+                namespace: flags.namespace.clone(),
+                concurrency: flags.concurrent_syncs.unwrap_or(SET_CONCURRENT_SYNCS),
+                resync: flags.machine_safety_resync,
+                autoscaler_scale_down_annotation_during_rollout: flags
+                    .autoscaler_scaledown_annotation_during_rollout,
+            },
+            Some(self.registry.clone()),
+            stopped_when(stopped.clone()),
+        ));
+        vec![
+            ("the overshoot safety", overshoot),
+            ("the machine set controller", sets),
+            ("the machine deployment controller", deployments),
+        ]
+    }
+}
+
+/// Runs one half of the controllers only while holding its Lease: stands by until elected, starts the half, and
+/// when the process stops, stops the half first and then releases the Lease so a standby takes over at once. A
+/// lost Lease ends the process (exit 1) as the reference's `klog.Fatalf` does: its Deployment restarts it as a
+/// standby, and nothing of the half acts after the loss.
+async fn lead(
+    elector: mcm_controllers::leader::LeaderElector,
+    halves: Arc<Halves>,
+    start: StartHalf,
+    stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    let lease = elector.config().name.clone();
+    let mut state = elector.subscribe();
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let election = tokio::spawn(elector.run(async move {
+        let _ = released.await;
+    }));
+    let shutdown = stopped_when(stopped.clone());
+    tokio::pin!(shutdown);
+    tokio::select! {
+        () = &mut shutdown => {}
+        leads = mcm_controllers::leader::wait_until_leading(&mut state) => {
+            if !leads {
+                tracing::error!(lease, "leader election ended before leading; exiting");
+                std::process::exit(1);
+            }
+            tracing::info!(lease, "leading: starting the controllers of the lease");
+            let tasks = start(&halves, &stopped);
+            tokio::select! {
+                () = &mut shutdown => {
+                    for (name, task) in tasks {
+                        if let Err(err) = task.await {
+                            tracing::error!(lease, controller = name, error = %err, "stopped unexpectedly");
+                        }
+                    }
+                }
+                lost = mcm_controllers::leader::wait_until_not_leading(&mut state) => {
+                    tracing::error!(lease, state = ?lost, "leadership lost; exiting so that nothing acts without it");
+                    std::process::exit(1);
+                }
+            }
+        }
+    }
+    let _ = release.send(());
+    let _ = election.await;
 }
 
 /// How often `/readyz` learns whether an out-of-process provider answers.
@@ -451,12 +669,24 @@ pub(crate) async fn provider_name(driver: &mcm_grpc::GrpcDriver) -> String {
 
 /// `mcm run`: until SIGINT or SIGTERM.
 pub(crate) async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
-    let control = client_from(&args.control_kubeconfig).await?;
-    let target = match args.target_kubeconfig.as_deref() {
-        Some("none") => None,
-        Some(path) => Some(client_from(std::path::Path::new(path)).await?),
-        None => Some(control.clone()),
+    args.controllers.warn_ignored();
+    let (control, target) = crate::client::resolve(
+        args.control_kubeconfig.as_deref(),
+        args.target_kubeconfig.as_deref(),
+    )?;
+    let limit = args.controllers.rate_limit();
+    let control_client = crate::client::connect(&control, limit)
+        .await
+        .context("the control cluster")?
+        .context("the control cluster is required")?;
+    let target = if target == control {
+        Some(control_client.clone())
+    } else {
+        crate::client::connect(&target, limit)
+            .await
+            .context("the target cluster")?
     };
+    let control = control_client;
     let mut kubelet = None;
     let mut probe = None;
     let (driver, provider): (Arc<dyn mcm_driver::Driver>, String) =

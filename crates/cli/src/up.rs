@@ -127,7 +127,12 @@ pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
 }
 
 async fn run(dir: &Path, args: &UpArgs) -> anyhow::Result<()> {
-    let flags = &args.controllers;
+    // One `mcm up` per data directory (mcm.pid) and its own API server: nobody to elect against, and a restart after
+    // a crash must not wait for a stale Lease to expire.
+    let flags = &crate::run::ControllerFlags {
+        leader_elect: false,
+        ..args.controllers.clone()
+    };
     for sub in ["apiserver", "provider", "logs"] {
         private_dir(&dir.join(sub))?;
     }
@@ -148,7 +153,12 @@ async fn run(dir: &Path, args: &UpArgs) -> anyhow::Result<()> {
     let driver = crate::run::grpc_driver(&endpoint, flags.provider_call_timeout, None)?;
     wait_provider(&driver, &mut provider, dir).await?;
 
-    let client = crate::client_from(&kubeconfig).await?;
+    let client = crate::client::connect(
+        &crate::client::Source::Kubeconfig(kubeconfig.clone()),
+        flags.rate_limit(),
+    )
+    .await?
+    .context("the embedded API server")?;
     let controllers = Controllers::start(
         client.clone(),
         Some(client),

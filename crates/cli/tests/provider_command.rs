@@ -181,55 +181,6 @@ fn the_conformance_suite_fails_with_exit_1_when_the_provider_is_not_there() {
     assert!(String::from_utf8_lossy(&output.stdout).contains("FAIL"));
 }
 
-/// The sidecar manifest wires the two containers together: the provider's MC_ENDPOINT is the controller's
-/// --provider-endpoint, on a volume both mount at the socket's directory.
-#[test]
-fn the_sidecar_manifest_supplies_the_required_variables_and_one_socket() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy/provider-sidecar.yaml");
-    let text = std::fs::read_to_string(&path).expect("the manifest");
-    let manifest: serde_json::Value = serde_saphyr::from_str(&text).expect("YAML");
-    let containers = manifest["spec"]["template"]["spec"]["containers"]
-        .as_array()
-        .expect("containers");
-    let controller = containers
-        .iter()
-        .find(|c| c["name"] == "machine-controller")
-        .expect("the controller");
-    let provider = containers
-        .iter()
-        .find(|c| c["name"] == "provider")
-        .expect("the provider");
-    let endpoint = provider["env"]
-        .as_array()
-        .and_then(|env| env.iter().find(|e| e["name"] == "MC_ENDPOINT"))
-        .and_then(|e| e["value"].as_str())
-        .expect("the provider gets MC_ENDPOINT");
-    let parsed: mcm_grpc::Endpoint = endpoint.parse().expect("a valid endpoint");
-    let args: Vec<&str> = controller["args"]
-        .as_array()
-        .expect("args")
-        .iter()
-        .filter_map(|a| a.as_str())
-        .collect();
-    assert!(
-        args.contains(&format!("--provider-endpoint={endpoint}").as_str()),
-        "{args:?}"
-    );
-    let mcm_grpc::Endpoint::Unix(socket) = parsed else {
-        panic!("a unix socket in the pod")
-    };
-    let directory = socket.parent().expect("a directory").to_str().expect("UTF-8");
-    for container in [controller, provider] {
-        assert!(
-            container["volumeMounts"]
-                .as_array()
-                .is_some_and(|m| m.iter().any(|m| m["mountPath"] == directory)),
-            "{} mounts {directory}",
-            container["name"]
-        );
-    }
-}
-
 /// `/readyz` answers 503 naming the provider while it is unreachable, and 200 once it serves; `/healthz` is 200 all
 /// along (the process is alive).
 #[test]

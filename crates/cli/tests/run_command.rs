@@ -134,3 +134,228 @@ fn the_two_roles_in_two_processes_run_a_machine_set() {
     drop(machines);
     drop(sets);
 }
+
+/// Reference §8.1: `--target-kubeconfig none` disables the target cluster: the machine becomes Available (no node to
+/// wait for) and its deletion neither drains nor waits for a node.
+#[test]
+fn with_target_kubeconfig_none_machines_become_available_and_are_deleted_without_a_drain() {
+    let server = Server::start("run-target-none");
+    let run = mcm_run(&server, &["--target-kubeconfig", "none"]);
+    address_of(&run);
+    for file in ["00-secret.yaml", "01-machine-class.yaml", "10-machine.yaml"] {
+        server.kubectl_ok(&["apply", "-f", arg(&example(file))]);
+    }
+    server.kubectl_ok(&[
+        "wait",
+        "--for=jsonpath={.status.currentStatus.phase}=Available",
+        "machine/single-machine",
+        "--timeout=60s",
+    ]);
+    let nodes = server.kubectl_ok(&["get", "nodes", "-o", "name"]);
+    assert_eq!(nodes.trim(), "", "no kubelet joins a target that is not there");
+    server.kubectl_ok(&["delete", "machine", "single-machine", "--timeout=60s"]);
+    assert!(
+        server
+            .kubectl_ok(&["get", "machines", "-o", "name"])
+            .trim()
+            .is_empty()
+    );
+    drop(run);
+}
+
+/// Without a kubeconfig `mcm run` uses the pod's in-cluster configuration; outside a pod it says which flags to give
+/// and exits non-zero instead of guessing.
+#[test]
+fn without_a_kubeconfig_outside_a_pod_the_error_names_the_flags() {
+    let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
+        .args([
+            "run",
+            "--provider",
+            "sim",
+            "--port",
+            "0",
+            "--address",
+            "127.0.0.1",
+        ])
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .output()
+        .expect("mcm runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--control-kubeconfig"), "{stderr}");
+    assert!(stderr.contains("in-cluster"), "{stderr}");
+
+    let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
+        .args(["run", "--provider", "sim", "--control-kubeconfig", "none"])
+        .output()
+        .expect("mcm runs");
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("--control-kubeconfig none"), "{stderr}");
+}
+
+/// Reference §8.1 and §8.2: every flag of the two reference binaries is accepted by `mcm run` and explained by
+/// `--help`, and boolean flags take `--flag=false` as Go's flag package does.
+#[test]
+fn every_reference_flag_is_explained_by_help_and_booleans_take_false() {
+    let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
+        .args(["run", "--help"])
+        .output()
+        .expect("mcm runs");
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    let reference = [
+        "--port",
+        "--address",
+        "--control-kubeconfig",
+        "--target-kubeconfig",
+        "--namespace",
+        "--concurrent-syncs",
+        "--kube-api-qps",
+        "--kube-api-burst",
+        "--min-resync-period",
+        "--safety-up",
+        "--safety-down",
+        "--machine-safety-overshooting-period",
+        "--autoscaler-scaledown-annotation-during-rollout",
+        "--profiling",
+        "--contention-profiling",
+        "--cloud-provider",
+        "--kube-api-content-type",
+        "--controller-start-interval",
+        "--leader-elect",
+        "--leader-elect-lease-duration",
+        "--leader-elect-renew-deadline",
+        "--leader-elect-retry-period",
+        "--leader-elect-resource-lock",
+        "--v",
+        "--machine-creation-timeout",
+        "--machine-health-timeout",
+        "--machine-drain-timeout",
+        "--machine-inplace-update-timeout",
+        "--machine-max-evict-retries",
+        "--machine-pv-detach-timeout",
+        "--machine-pv-reattach-timeout",
+        "--machine-safety-orphan-vms-period",
+        "--machine-safety-apiserver-statuscheck-period",
+        "--machine-safety-apiserver-statuscheck-timeout",
+        "--machine-preserve-timeout",
+        "--node-conditions",
+        "--bootstrap-token-auth-extra-groups",
+        "--resource-exhausted-retry",
+    ];
+    let lines: Vec<&str> = help.lines().collect();
+    for flag in reference {
+        let at = lines
+            .iter()
+            .position(|line| {
+                line.trim_start()
+                    .split([' ', '='])
+                    .next()
+                    .is_some_and(|first| first == flag)
+            })
+            .unwrap_or_else(|| panic!("{flag} missing from `mcm run --help`:\n{help}"));
+        let explanation = lines.get(at + 1).map_or("", |line| line.trim());
+        assert!(
+            !explanation.is_empty() && !explanation.starts_with('-'),
+            "{flag} has no explanation in `mcm run --help`: {explanation:?}"
+        );
+    }
+
+    // Booleans as Go parses them: `--flag`, `--flag=true`, `--flag=false`. Parsing succeeds (the run then fails on
+    // the missing kubeconfig, exit 1, not on the flags, exit 2).
+    for flags in [
+        &["--leader-elect=false"][..],
+        &[
+            "--leader-elect=true",
+            "--profiling=false",
+            "--contention-profiling",
+        ],
+        &["--autoscaler-scaledown-annotation-during-rollout=false"],
+        &["--orphan-collection-dry-run=false", "--v=3"],
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
+            .args(["run", "--provider", "sim", "--control-kubeconfig", "/nonexistent"])
+            .args(flags)
+            .output()
+            .expect("mcm runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{flags:?}: {stderr}");
+        assert!(stderr.contains("/nonexistent"), "{flags:?}: {stderr}");
+    }
+}
+
+/// A drain refused by a PodDisruptionBudget (429) is retried by the controller on `--machine-evict-retry-interval`,
+/// not inside the client: a `force-deletion=true` label put on the machine meanwhile is seen and the machine goes
+/// (kube's built-in client retry, on by default, would block the eviction for minutes; docs/pitfalls.md).
+#[test]
+fn a_pdb_blocked_drain_gives_way_to_the_force_deletion_label() {
+    let server = Server::start("run-pdb-force");
+    let run = mcm_run(&server, &["--machine-evict-retry-interval", "1s"]);
+    address_of(&run);
+    for file in ["00-secret.yaml", "01-machine-class.yaml", "10-machine.yaml"] {
+        server.kubectl_ok(&["apply", "-f", arg(&example(file))]);
+    }
+    server.kubectl_ok(&[
+        "wait",
+        "--for=jsonpath={.status.currentStatus.phase}=Running",
+        "machine/single-machine",
+        "--timeout=60s",
+    ]);
+    let guarded = server.write(
+        "guarded.yaml",
+        r"apiVersion: v1
+kind: Pod
+metadata:
+  name: guarded
+  namespace: default
+  labels:
+    app: guarded
+spec:
+  nodeName: single-machine
+  containers:
+  - name: c
+    image: busybox
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata:
+  name: guarded
+  namespace: default
+spec:
+  minAvailable: 1
+  selector:
+    matchLabels:
+      app: guarded
+",
+    );
+    server.kubectl_ok(&["apply", "-f", arg(&guarded)]);
+    server.kubectl_ok(&["delete", "machine", "single-machine", "--wait=false"]);
+    poll("the drain to be refused by the PDB", CONDITION_DEADLINE, || {
+        let description = server.kubectl_ok(&[
+            "get",
+            "machine",
+            "single-machine",
+            "-o",
+            "jsonpath={.status.lastOperation.description}",
+        ]);
+        description.to_lowercase().contains("evict").then_some(())
+    });
+    assert!(
+        !server
+            .kubectl_ok(&["get", "pods", "-o", "name"])
+            .trim()
+            .is_empty(),
+        "the PDB holds the pod"
+    );
+    server.kubectl_ok(&["label", "machine", "single-machine", "force-deletion=true"]);
+    poll("the force-deleted machine gone", CONDITION_DEADLINE, || {
+        server
+            .kubectl_ok(&["get", "machines", "-o", "name"])
+            .trim()
+            .is_empty()
+            .then_some(())
+    });
+    drop(run);
+}

@@ -106,9 +106,19 @@ impl Background {
         }
     }
 
+    /// Its process id (to send it a signal).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Its standard output so far.
     pub fn stdout(&self) -> String {
         self.captured.stdout()
+    }
+
+    /// Its standard error so far.
+    pub fn stderr(&self) -> String {
+        self.captured.stderr()
     }
 
     /// Waits until its standard output satisfies `done`; panics with the output after the deadline.
@@ -160,6 +170,17 @@ impl Background {
         self.output(status)
     }
 
+    /// Stops it with SIGTERM (through the `kill` command), waits for it to exit within `deadline` and returns what
+    /// it printed: a clean shutdown, unlike [`Background::stop`].
+    pub fn terminate(self, deadline: Duration) -> Output {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill -TERM {} failed", self.what);
+        self.finish(deadline)
+    }
+
     /// Kills it and returns what it printed.
     pub fn stop(mut self) -> Output {
         let _ = self.child.kill();
@@ -197,16 +218,35 @@ pub struct Server {
 impl Server {
     /// Starts a server on a free port (`--port 0`) in a fresh directory named for the test.
     pub fn start(test: &str) -> Self {
+        Self::start_with(test, |_| Vec::new())
+    }
+
+    /// Starts a server like [`Server::start`] with more arguments, which `prepare` returns after writing the files
+    /// they name into the test's directory (e.g. `--token-auth-file`). A [`Server::restart`] does not repeat them.
+    pub fn start_with(test: &str, prepare: impl FnOnce(&Path) -> Vec<String>) -> Self {
         let dir = std::env::temp_dir().join(format!("mcm-e2e-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create the test directory");
+        let extra = prepare(&dir);
         let mut server = Self {
             dir,
             child: None,
             starts: 0,
         };
-        server.spawn(&["--port", "0"]);
+        let mut args = vec!["--port", "0"];
+        args.extend(extra.iter().map(String::as_str));
+        server.spawn(&args);
         server
+    }
+
+    /// Writes `name` into the test's directory: the server's kubeconfig with `token` instead of the admin token (a
+    /// user of the server's `--token-auth-file`).
+    pub fn kubeconfig_with_token(&self, name: &str, token: &str) -> PathBuf {
+        let text = std::fs::read_to_string(self.kubeconfig()).expect("the kubeconfig");
+        let mut config: serde_json::Value = serde_saphyr::from_str(&text).expect("the kubeconfig is YAML");
+        config["users"][0]["user"]["token"] = serde_json::Value::from(token);
+        // JSON is YAML: kubectl and kube read it as a kubeconfig.
+        self.write(name, &config.to_string())
     }
 
     /// The data directory.
