@@ -5,6 +5,7 @@ use std::{io::Write, net::IpAddr, path::PathBuf, time::Duration};
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+mod bench;
 mod client;
 mod node_agent;
 mod provider;
@@ -53,6 +54,11 @@ enum Command {
     Up(Box<up::UpArgs>),
     /// Stop `mcm up`; with --purge also stop every machine and remove all state.
     Down(up::DownArgs),
+    /// The scale benchmark: a MachineDeployment of --machines N created, rolled to another class and scaled to 0,
+    /// with the controllers (`mcm run`, client rate limit off) and the sim provider as processes of their own
+    /// against a fresh embedded API server (or --kubeconfig). Prints one JSON report: per phase the time, the
+    /// controllers' requests and writes, their CPU and peak memory, and the time against the server's write ceiling.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -163,6 +169,10 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(up::up(*args))?;
         }
         Command::Down(args) => up::down(args)?,
+        Command::Bench(args) => {
+            init_logging(&cli.log_format, cli.verbosity);
+            bench::main(&args)?;
+        }
         Command::NodeAgent(args) => {
             init_logging(&cli.log_format, cli.verbosity);
             std::process::exit(node_agent::main(args));
