@@ -89,7 +89,13 @@ pub struct Context {
     orphans: Option<crate::orphans::Trigger>,
     /// The machine step durations and the failed joins are recorded here.
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// Node name → the machine whose `node` label names it, as of the machine's last reconcile: a node event finds
+    /// its machine at once instead of scanning every machine (a scan per heartbeat made the cost quadratic in N).
+    node_index: NodeIndex,
 }
+
+/// Node name → machine name (the controller's namespace).
+type NodeIndex = Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>;
 
 /// What `mcm run` hands the machine controller besides its configuration.
 #[derive(Clone, Debug, Default)]
@@ -289,20 +295,35 @@ pub async fn run_with(
         .watches_stream(class_stream, by_class)
         .watches_stream(secret_stream, by_secret);
 
+    let node_index = NodeIndex::default();
     let nodes = if let Some(target) = &target {
         let (nodes, node_writer) = reflector::store::<Node>();
         let node_stream = watcher(Api::<Node>::all(target.clone()), watcher::Config::default())
             .default_backoff()
+            .modify(crate::cache::lean_node)
             .reflect(node_writer)
             .applied_objects();
         let machines = machines.clone();
+        let index = node_index.clone();
+        let namespace = namespace.clone();
         let by_node = move |node: Node| {
             let name = node.name_any();
-            machines
-                .state()
+            let indexed = index
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(&name)
+                .cloned();
+            // The machine whose `node` label names the node, the machine the node's label names, and the machine
+            // named as the node: looked up, never scanned for.
+            let mut candidates: Vec<String> = indexed.into_iter().collect();
+            candidates.extend(node.labels().get(keys::labels::NODE_MACHINE_NAME).cloned());
+            candidates.push(name);
+            candidates.sort();
+            candidates.dedup();
+            candidates
                 .into_iter()
-                .filter(|m| m.labels().get(keys::labels::NODE) == Some(&name) || m.name_any() == name)
-                .map(|m| ObjectRef::from_obj(&*m))
+                .map(|machine| ObjectRef::<Machine>::new(&machine).within(&namespace))
+                .filter(|reference| machines.get(reference).is_some())
                 .collect::<Vec<_>>()
         };
         controller = controller.watches_stream(node_stream, by_node);
@@ -330,6 +351,7 @@ pub async fn run_with(
         orphans,
         config: config.clone(),
         metrics: metrics.clone(),
+        node_index,
     });
     let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machine", &context.machines);
     controller
@@ -432,6 +454,12 @@ async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, E
     // waker), so reconciles started together before the caches synced (a restarted controller) hung for ever.
     if !caches_ready(&ctx) {
         return Ok(Action::requeue(Duration::from_millis(100)));
+    }
+    if let Some(node) = machine.labels().get(keys::labels::NODE).filter(|n| !n.is_empty()) {
+        ctx.node_index
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(node.clone(), name.clone());
     }
     if ctx.stale(&format!("machine/{name}"), machine.resource_version().as_deref()) {
         // Our own write is on its way through the watch; its event reconciles again.

@@ -96,6 +96,7 @@ pub async fn run_with_metrics(
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(crate::cache::lean_machine)
     .reflect(writer)
     .touched_objects();
     let mapper_namespace = namespace.clone();

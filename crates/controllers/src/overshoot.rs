@@ -156,6 +156,7 @@ pub async fn run(
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(crate::cache::machine_identity)
     .reflect(machine_writer)
     .boxed();
     let mut set_events = watcher(

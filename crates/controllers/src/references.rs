@@ -57,6 +57,7 @@ pub async fn run_with_metrics(
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(crate::cache::machine_identity)
     .reflect(machine_writer)
     .touched_objects();
     let class_api = Api::<MachineClass>::namespaced(client.clone(), &namespace);

@@ -150,12 +150,14 @@ pub async fn run_with_metrics(
         watcher::Config::default(),
     )
     .default_backoff()
+    .modify(crate::cache::lean_machine)
     .reflect(machine_writer)
     .touched_objects();
     let nodes = target.as_ref().map(|target| {
         let (store, writer) = reflector::store::<Node>();
         let stream = watcher(Api::<Node>::all(target.clone()), watcher::Config::default())
             .default_backoff()
+            .modify(crate::cache::node_marks)
             .reflect(writer)
             .touched_objects()
             .for_each(|_| async {});
