@@ -112,8 +112,10 @@ fn without_client_retries(mut config: kube::Config) -> kube::Config {
 
 /// A client for a kubeconfig file, without a rate limit (the provider and agent commands).
 pub(crate) async fn from_kubeconfig(path: &Path) -> anyhow::Result<kube::Client> {
-    let config = config_from(path).await?;
-    kube::Client::try_from(without_client_retries(config)).context("building the client")
+    let unlimited = RateLimit { qps: 0.0, burst: 0 };
+    connect(&Source::Kubeconfig(path.to_owned()), unlimited)
+        .await?
+        .context("a kubeconfig is a cluster")
 }
 
 #[cfg(test)]

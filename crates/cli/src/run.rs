@@ -275,6 +275,14 @@ impl ControllerFlags {
         }
     }
 
+    /// The API server probes' settings (`--machine-safety-apiserver-statuscheck-*`).
+    fn reachability(&self) -> mcm_core::reachability::ReachabilitySettings {
+        mcm_core::reachability::ReachabilitySettings {
+            period: self.machine_safety_apiserver_statuscheck_period,
+            timeout: self.machine_safety_apiserver_statuscheck_timeout,
+        }
+    }
+
     /// The client-side request limit of `--kube-api-qps` and `--kube-api-burst`.
     pub(crate) fn rate_limit(&self) -> crate::client::RateLimit {
         crate::client::RateLimit {
@@ -325,7 +333,6 @@ pub(crate) struct Controllers {
 impl Controllers {
     /// Starts the controllers on `control` (machines, sets, classes) and `target` (nodes; `None` for
     /// `--target-kubeconfig none`) with `driver`, named `provider` in the metrics, serving metrics on `metrics`.
-    #[allow(clippy::too_many_lines)] // one spawn per controller, flat and in one place
     pub(crate) async fn start(
         control: kube::Client,
         target: Option<kube::Client>,
@@ -335,11 +342,7 @@ impl Controllers {
         flags: &ControllerFlags,
         metrics: SocketAddr,
     ) -> anyhow::Result<Self> {
-        let reachability = mcm_core::reachability::ReachabilitySettings {
-            period: flags.machine_safety_apiserver_statuscheck_period,
-            timeout: flags.machine_safety_apiserver_statuscheck_timeout,
-        };
-        reachability.validate().map_err(anyhow::Error::msg)?;
+        flags.reachability().validate().map_err(anyhow::Error::msg)?;
         let registry = Arc::new(mcm_controllers::metrics::Metrics::new());
         let driver = Arc::new(mcm_controllers::metrics::MeteredDriver::new(
             driver,
@@ -454,10 +457,6 @@ impl Halves {
     /// reachability freeze.
     fn start_machines(&self, stopped: &tokio::sync::watch::Receiver<bool>) -> Tasks {
         let flags = &self.flags;
-        let reachability = mcm_core::reachability::ReachabilitySettings {
-            period: flags.machine_safety_apiserver_statuscheck_period,
-            timeout: flags.machine_safety_apiserver_statuscheck_timeout,
-        };
         let orphans = tokio::spawn(
             mcm_controllers::orphans::Collector::new(
                 self.control.clone(),
@@ -481,7 +480,7 @@ impl Halves {
             self.target.clone(),
             mcm_controllers::reachability::Config {
                 namespace: flags.namespace.clone(),
-                settings: reachability,
+                settings: flags.reachability(),
             },
             freeze.clone(),
             Some(self.registry.clone()),

@@ -5,13 +5,9 @@
 
 mod support;
 
-use std::{path::PathBuf, process::Command, time::Instant};
+use std::{process::Command, time::Instant};
 
-use support::{Background, CONDITION_DEADLINE, Server, address_of, arg, get, poll};
-
-fn example(file: &str) -> PathBuf {
-    mcm_testkit::shared_dir().join("examples/local").join(file)
-}
+use support::{Background, CONDITION_DEADLINE, Server, address_of, get, poll, start_sim_provider};
 
 /// Short Leases so that the test runs in seconds (the reference's 15s/10s/2s are the defaults).
 const LEASE: [&str; 6] = [
@@ -23,22 +19,27 @@ const LEASE: [&str; 6] = [
     "500ms",
 ];
 
-fn mcm_run(server: &Server, endpoint: &str) -> Background {
+/// `mcm run` with `provider` (`--provider sim` or `--provider-endpoint E`) and the Lease timings `lease`.
+fn mcm_run(server: &Server, provider: &[&str], lease: &[&str], what: &str) -> Background {
     let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
     command
         .args(["run", "--control-kubeconfig"])
         .arg(server.kubeconfig())
-        .args([
-            "--provider-endpoint",
-            endpoint,
-            "--port",
-            "0",
-            "--address",
-            "127.0.0.1",
-        ])
-        .args(LEASE);
-    Background::spawn(command, "mcm run".into())
+        .args(provider)
+        .args(["--port", "0", "--address", "127.0.0.1"])
+        .args(lease);
+    Background::spawn(command, what.into())
 }
+
+/// A long Lease: only a release explains a quick takeover.
+const LONG_LEASE: [&str; 6] = [
+    "--leader-elect-lease-duration",
+    "60s",
+    "--leader-elect-renew-deadline",
+    "40s",
+    "--leader-elect-retry-period",
+    "500ms",
+];
 
 fn holder(server: &Server, lease: &str) -> String {
     let output = server.kubectl(&["get", "lease", lease, "-o", "jsonpath={.spec.holderIdentity}"]);
@@ -61,18 +62,12 @@ fn create_calls(metrics: &str) -> usize {
 #[test]
 fn a_standby_takes_over_both_leases_when_the_leader_is_killed_and_never_acts_before() {
     let server = Server::start("leader-failover");
-    let socket = server.dir.join("provider.sock");
-    let endpoint = format!("unix://{}", socket.display());
-    let mut provider = Command::new(env!("CARGO_BIN_EXE_mcm"));
-    provider
-        .args(["provider", "sim", "serve", "--target-kubeconfig"])
-        .arg(server.kubeconfig())
-        .args(["--sim-heartbeat-interval", "1s"])
-        .env("MC_ENDPOINT", &endpoint);
-    let provider = Background::spawn(provider, "mcm provider sim serve".into());
-    provider.wait_for_stdout("the provider to serve", |out| out.contains("serving on"));
+    let (provider, endpoint) = start_sim_provider(&server, |command| {
+        command.args(["--sim-heartbeat-interval", "1s"]);
+    });
 
-    let first = mcm_run(&server, &endpoint);
+    let provider_flags = ["--provider-endpoint", endpoint.as_str()];
+    let first = mcm_run(&server, &provider_flags, &LEASE, "mcm run (first)");
     let first_address = address_of(&first);
     let leader = poll(
         "the first process to hold both Leases",
@@ -83,7 +78,7 @@ fn a_standby_takes_over_both_leases_when_the_leader_is_killed_and_never_acts_bef
             (!machines.is_empty() && machines == sets).then_some(machines)
         },
     );
-    let second = mcm_run(&server, &endpoint);
+    let second = mcm_run(&server, &provider_flags, &LEASE, "mcm run (second)");
     let second_address = address_of(&second);
     // The standby knows it is not the leader: it is ready (leadership known), with a check per Lease.
     let readyz = poll("the standby to be ready", CONDITION_DEADLINE, || {
@@ -97,17 +92,10 @@ fn a_standby_takes_over_both_leases_when_the_leader_is_killed_and_never_acts_bef
         );
     }
 
-    for file in ["00-secret.yaml", "01-machine-class.yaml", "20-machine-set.yaml"] {
-        server.kubectl_ok(&["apply", "-f", arg(&example(file))]);
-    }
+    server.apply_examples(&["00-secret.yaml", "01-machine-class.yaml", "20-machine-set.yaml"]);
     poll("the set's two machines Running", CONDITION_DEADLINE, || {
-        let phases = server.kubectl_ok(&[
-            "get",
-            "machines",
-            "-o",
-            "jsonpath={range .items[*]}{.status.currentStatus.phase}{\"\\n\"}{end}",
-        ]);
-        (phases.lines().filter(|p| *p == "Running").count() == 2).then_some(())
+        let phases = server.machine_phases(&[]);
+        (phases.iter().filter(|p| *p == "Running").count() == 2).then_some(())
     });
     assert_eq!(
         create_calls(&get(first_address, "/metrics").1),
@@ -150,13 +138,8 @@ fn a_standby_takes_over_both_leases_when_the_leader_is_killed_and_never_acts_bef
     // The new leader carries on: it knows the machines, and scaling up creates through it.
     server.kubectl_ok(&["scale", "machineset", "workers-set", "--replicas=3"]);
     poll("the third machine Running", CONDITION_DEADLINE, || {
-        let phases = server.kubectl_ok(&[
-            "get",
-            "machines",
-            "-o",
-            "jsonpath={range .items[*]}{.status.currentStatus.phase}{\"\\n\"}{end}",
-        ]);
-        (phases.lines().filter(|p| *p == "Running").count() == 3).then_some(())
+        let phases = server.machine_phases(&[]);
+        (phases.iter().filter(|p| *p == "Running").count() == 3).then_some(())
     });
     assert_eq!(
         create_calls(&get(second_address, "/metrics").1),
@@ -171,69 +154,18 @@ fn a_standby_takes_over_both_leases_when_the_leader_is_killed_and_never_acts_bef
 #[test]
 fn a_leader_stopped_with_sigterm_hands_over_at_once() {
     let server = Server::start("leader-release");
-    let socket = server.dir.join("provider.sock");
-    let endpoint = format!("unix://{}", socket.display());
-    let mut provider = Command::new(env!("CARGO_BIN_EXE_mcm"));
-    provider
-        .args(["provider", "sim", "serve", "--target-kubeconfig"])
-        .arg(server.kubeconfig())
-        .env("MC_ENDPOINT", &endpoint);
-    let provider = Background::spawn(provider, "mcm provider sim serve".into());
-    provider.wait_for_stdout("the provider to serve", |out| out.contains("serving on"));
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
-    command
-        .args(["run", "--control-kubeconfig"])
-        .arg(server.kubeconfig())
-        .args([
-            "--provider-endpoint",
-            &endpoint,
-            "--port",
-            "0",
-            "--address",
-            "127.0.0.1",
-        ])
-        // A long Lease: only a release explains a quick takeover.
-        .args([
-            "--leader-elect-lease-duration",
-            "60s",
-            "--leader-elect-renew-deadline",
-            "40s",
-        ])
-        .args(["--leader-elect-retry-period", "500ms"]);
-    let first = Background::spawn(command, "mcm run (first)".into());
+    let (provider, endpoint) = start_sim_provider(&server, |_| {});
+    let provider_flags = ["--provider-endpoint", endpoint.as_str()];
+    let first = mcm_run(&server, &provider_flags, &LONG_LEASE, "mcm run (first)");
     address_of(&first);
     let leader = poll("the first process to lead", CONDITION_DEADLINE, || {
         let holder = holder(&server, "machine-controller");
         (!holder.is_empty()).then_some(holder)
     });
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
-    command
-        .args(["run", "--control-kubeconfig"])
-        .arg(server.kubeconfig())
-        .args([
-            "--provider-endpoint",
-            &endpoint,
-            "--port",
-            "0",
-            "--address",
-            "127.0.0.1",
-        ])
-        .args([
-            "--leader-elect-lease-duration",
-            "60s",
-            "--leader-elect-renew-deadline",
-            "40s",
-        ])
-        .args(["--leader-elect-retry-period", "500ms"]);
-    let second = Background::spawn(command, "mcm run (second)".into());
+    let second = mcm_run(&server, &provider_flags, &LONG_LEASE, "mcm run (second)");
     address_of(&second);
 
-    let status = Command::new("kill")
-        .args(["-TERM", &first.pid().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
-    let output = first.finish(CONDITION_DEADLINE);
+    let output = first.terminate(CONDITION_DEADLINE);
     assert!(output.status.success(), "a clean exit: {output:?}");
     // Well within the 60s Lease: the deadline of the poll is 20s.
     poll("the standby to take over", CONDITION_DEADLINE, || {
@@ -248,13 +180,7 @@ fn a_leader_stopped_with_sigterm_hands_over_at_once() {
 #[test]
 fn a_leader_whose_lease_is_taken_exits_non_zero() {
     let server = Server::start("leader-lost");
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
-    command
-        .args(["run", "--control-kubeconfig"])
-        .arg(server.kubeconfig())
-        .args(["--provider", "sim", "--port", "0", "--address", "127.0.0.1"])
-        .args(LEASE);
-    let run = Background::spawn(command, "mcm run".into());
+    let run = mcm_run(&server, &["--provider", "sim"], &LEASE, "mcm run");
     address_of(&run);
     poll("the process to lead", CONDITION_DEADLINE, || {
         (!holder(&server, "machine-controller").is_empty()).then_some(())

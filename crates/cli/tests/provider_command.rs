@@ -4,27 +4,19 @@
 
 mod support;
 
-use std::{path::PathBuf, process::Command};
+use std::process::Command;
 
-use support::{Background, COMMAND_DEADLINE, CONDITION_DEADLINE, Server, address_of, arg, get, poll};
-
-fn example(file: &str) -> PathBuf {
-    mcm_testkit::shared_dir().join("examples/local").join(file)
-}
+use support::{
+    Background, COMMAND_DEADLINE, CONDITION_DEADLINE, Server, address_of, example, get, poll,
+    start_sim_provider,
+};
 
 #[test]
 fn the_example_machine_runs_through_a_provider_out_of_process() {
     let server = Server::start("provider-grpc");
-    let socket = server.dir.join("provider.sock");
-    let endpoint = format!("unix://{}", socket.display());
-    let mut provider = Command::new(env!("CARGO_BIN_EXE_mcm"));
-    provider
-        .args(["provider", "sim", "serve", "--target-kubeconfig"])
-        .arg(server.kubeconfig())
-        .args(["--sim-heartbeat-interval", "1s"])
-        .env("MC_ENDPOINT", &endpoint);
-    let provider = Background::spawn(provider, "mcm provider sim serve".into());
-    provider.wait_for_stdout("the provider to serve", |out| out.contains("serving on"));
+    let (provider, endpoint) = start_sim_provider(&server, |command| {
+        command.args(["--sim-heartbeat-interval", "1s"]);
+    });
 
     let mut run = Command::new(env!("CARGO_BIN_EXE_mcm"));
     run.args(["run", "--control-kubeconfig"])
@@ -45,9 +37,7 @@ fn the_example_machine_runs_through_a_provider_out_of_process() {
         "the controller found the provider by name: {stdout}"
     );
 
-    for file in ["00-secret.yaml", "01-machine-class.yaml", "10-machine.yaml"] {
-        server.kubectl_ok(&["apply", "-f", arg(&example(file))]);
-    }
+    server.apply_examples(&["00-secret.yaml", "01-machine-class.yaml", "10-machine.yaml"]);
     server.kubectl_ok(&[
         "wait",
         "--for=jsonpath={.status.currentStatus.phase}=Running",

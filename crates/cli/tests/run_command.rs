@@ -3,15 +3,9 @@
 
 mod support;
 
-use std::{path::PathBuf, process::Command};
+use std::process::Command;
 
 use support::{Background, CONDITION_DEADLINE, Server, address_of, arg, get, poll};
-
-fn example(file: &str) -> PathBuf {
-    let path = mcm_testkit::shared_dir().join("examples/local").join(file);
-    assert!(path.is_file(), "no example {}", path.display());
-    path
-}
 
 fn mcm_run(server: &Server, extra: &[&str]) -> Background {
     let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
@@ -31,9 +25,7 @@ fn the_example_machine_runs_and_shows_in_metrics_and_its_class_and_secret_are_he
     let address = address_of(&run);
     assert_eq!(get(address, "/healthz"), (200, "OK".to_owned()));
 
-    for file in ["00-secret.yaml", "01-machine-class.yaml", "10-machine.yaml"] {
-        server.kubectl_ok(&["apply", "-f", arg(&example(file))]);
-    }
+    server.apply_examples(&["00-secret.yaml", "01-machine-class.yaml", "10-machine.yaml"]);
     server.kubectl_ok(&[
         "wait",
         "--for=jsonpath={.status.currentStatus.phase}=Running",
@@ -101,35 +93,23 @@ fn a_bad_flag_value_exits_with_a_message_naming_the_flag() {
 #[test]
 fn the_two_roles_in_two_processes_run_a_machine_set() {
     let server = Server::start("run-roles");
-    for file in ["00-secret.yaml", "01-machine-class.yaml", "20-machine-set.yaml"] {
-        server.kubectl_ok(&["apply", "-f", arg(&example(file))]);
-    }
+    server.apply_examples(&["00-secret.yaml", "01-machine-class.yaml", "20-machine-set.yaml"]);
     let sets = mcm_run(&server, &["--controllers", "machine-controller-manager"]);
     address_of(&sets);
     poll("the set's two machines created", CONDITION_DEADLINE, || {
         let names = server.kubectl_ok(&["get", "machines", "-o", "name"]);
         (names.lines().count() == 2).then_some(())
     });
-    let phases = server.kubectl_ok(&[
-        "get",
-        "machines",
-        "-o",
-        "jsonpath={range .items[*]}{.status.currentStatus.phase}{\"\\n\"}{end}",
-    ]);
+    let phases = server.machine_phases(&[]);
     assert!(
-        !phases.contains("Running"),
-        "without the machine-controller role no machine runs: {phases}"
+        !phases.iter().any(|p| p == "Running"),
+        "without the machine-controller role no machine runs: {phases:?}"
     );
     let machines = mcm_run(&server, &["--controllers", "mc"]);
     address_of(&machines);
     poll("both machines Running", CONDITION_DEADLINE, || {
-        let phases = server.kubectl_ok(&[
-            "get",
-            "machines",
-            "-o",
-            "jsonpath={range .items[*]}{.status.currentStatus.phase}{\"\\n\"}{end}",
-        ]);
-        (phases.lines().filter(|p| *p == "Running").count() == 2).then_some(())
+        let phases = server.machine_phases(&[]);
+        (phases.iter().filter(|p| *p == "Running").count() == 2).then_some(())
     });
     drop(machines);
     drop(sets);
@@ -142,9 +122,7 @@ fn with_target_kubeconfig_none_machines_become_available_and_are_deleted_without
     let server = Server::start("run-target-none");
     let run = mcm_run(&server, &["--target-kubeconfig", "none"]);
     address_of(&run);
-    for file in ["00-secret.yaml", "01-machine-class.yaml", "10-machine.yaml"] {
-        server.kubectl_ok(&["apply", "-f", arg(&example(file))]);
-    }
+    server.apply_examples(&["00-secret.yaml", "01-machine-class.yaml", "10-machine.yaml"]);
     server.kubectl_ok(&[
         "wait",
         "--for=jsonpath={.status.currentStatus.phase}=Available",
@@ -294,9 +272,7 @@ fn a_pdb_blocked_drain_gives_way_to_the_force_deletion_label() {
     let server = Server::start("run-pdb-force");
     let run = mcm_run(&server, &["--machine-evict-retry-interval", "1s"]);
     address_of(&run);
-    for file in ["00-secret.yaml", "01-machine-class.yaml", "10-machine.yaml"] {
-        server.kubectl_ok(&["apply", "-f", arg(&example(file))]);
-    }
+    server.apply_examples(&["00-secret.yaml", "01-machine-class.yaml", "10-machine.yaml"]);
     server.kubectl_ok(&[
         "wait",
         "--for=jsonpath={.status.currentStatus.phase}=Running",

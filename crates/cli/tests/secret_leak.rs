@@ -12,7 +12,7 @@ mod support;
 use std::{process::Command, time::Duration};
 
 use base64::Engine as _;
-use support::{Background, CONDITION_DEADLINE, Server, address_of, arg, get, poll};
+use support::{Background, CONDITION_DEADLINE, Server, address_of, arg, get, poll, start_sim_provider};
 
 const USER_DATA_CANARY: &str = "userdata-canary-7f3a91c0";
 const ACCESS_KEY_CANARY: &str = "akid-canary-51c2e8d7";
@@ -163,37 +163,16 @@ fn bootstrap_tokens(watch_output: &str) -> Vec<String> {
         .collect()
 }
 
-fn phases(server: &Server, selector: &str) -> Vec<String> {
-    server
-        .kubectl_ok(&[
-            "get",
-            "machines",
-            "-l",
-            selector,
-            "-o",
-            "jsonpath={range .items[*]}{.status.currentStatus.phase}{\"\\n\"}{end}",
-        ])
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
 #[test]
 #[allow(clippy::too_many_lines)] // one lifecycle, then one search per place a secret could leak
 fn no_secret_value_appears_in_logs_events_statuses_errors_or_metrics() {
     let server = Server::start("secret-leak");
-    let socket = server.dir.join("provider.sock");
-    let endpoint = format!("unix://{}", socket.display());
-    let mut provider = Command::new(env!("CARGO_BIN_EXE_mcm"));
-    provider
-        .args(["provider", "sim", "serve", "--target-kubeconfig"])
-        .arg(server.kubeconfig())
-        .args(["--sim-heartbeat-interval", "1s"])
-        .env("MC_ENDPOINT", &endpoint)
-        .env("MC_LOG_LEVEL", "trace")
-        .env("RUST_LOG", "trace");
-    let provider = Background::spawn(provider, "mcm provider sim serve".into());
-    provider.wait_for_stdout("the provider to serve", |out| out.contains("serving on"));
+    let (provider, endpoint) = start_sim_provider(&server, |command| {
+        command
+            .args(["--sim-heartbeat-interval", "1s"])
+            .env("MC_LOG_LEVEL", "trace")
+            .env("RUST_LOG", "trace");
+    });
 
     let mut run = Command::new(env!("CARGO_BIN_EXE_mcm"));
     run.args(["--log-format", "json", "--v", "9", "run", "--control-kubeconfig"])
@@ -216,7 +195,7 @@ fn no_secret_value_appears_in_logs_events_statuses_errors_or_metrics() {
     server.kubectl_ok(&["apply", "-f", arg(&file)]);
 
     poll("both deployment machines Running", CONDITION_DEADLINE, || {
-        let phases = phases(&server, "name=leak-deployment");
+        let phases = server.machine_phases(&["-l", "name=leak-deployment"]);
         (phases.iter().filter(|p| *p == "Running").count() == 2).then_some(())
     });
     let broken = poll("the machine without userData to fail", CONDITION_DEADLINE, || {
@@ -261,7 +240,10 @@ fn no_secret_value_appears_in_logs_events_statuses_errors_or_metrics() {
     let mut statuses = server.kubectl_ok(&all);
     server.kubectl_ok(&["scale", "machinedeployment", "leak-deployment", "--replicas=0"]);
     poll("the deployment's machines gone", CONDITION_DEADLINE, || {
-        phases(&server, "name=leak-deployment").is_empty().then_some(())
+        server
+            .machine_phases(&["-l", "name=leak-deployment"])
+            .is_empty()
+            .then_some(())
     });
     server.kubectl_ok(&["delete", "machine", "leak-broken-machine", "--timeout=60s"]);
 

@@ -456,10 +456,20 @@ async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, E
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
     if let Some(node) = machine.labels().get(keys::labels::NODE).filter(|n| !n.is_empty()) {
-        ctx.node_index
+        let mut index = ctx
+            .node_index
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(node.clone(), name.clone());
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        index.insert(node.clone(), name.clone());
+        // Entries of deleted machines go once they could be half of the index (amortized: never per reconcile).
+        if index.len() > (2 * ctx.machines.len()).max(64) {
+            let namespace = &ctx.config.namespace;
+            index.retain(|_, machine| {
+                ctx.machines
+                    .get(&ObjectRef::new(machine).within(namespace))
+                    .is_some()
+            });
+        }
     }
     if ctx.stale(&format!("machine/{name}"), machine.resource_version().as_deref()) {
         // Our own write is on its way through the watch; its event reconciles again.

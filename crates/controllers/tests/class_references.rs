@@ -2,13 +2,14 @@
 //! flow of spec 000 (`GenerateMachineClassForMigration`) and the MachineClass and Secret finalizers of reference
 //! §3.7.
 
+mod support;
+
 use std::{future::Future, sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::{
     Api, Client, ResourceExt,
     api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams},
-    config::{KubeConfigOptions, Kubeconfig},
 };
 use mcm_api::{Machine, MachineClass, MachinePhase, MachineSet, keys};
 use mcm_apiserver::{ApiServer, Config as ServerConfig};
@@ -40,12 +41,7 @@ impl Harness {
         let mut config = ServerConfig::new(dir.path());
         config.in_memory = true;
         let server = ApiServer::start(config).await.unwrap();
-        let file = Kubeconfig::read_from(server.kubeconfig()).unwrap();
-        let mut kube_config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-            .await
-            .unwrap();
-        kube_config.default_retry = false;
-        let client = Client::try_from(kube_config).unwrap();
+        let client = support::client_for(&server).await;
         let driver = SimDriver::new(SimConfig::default());
         let kubelet = Kubelet::start(
             &driver,

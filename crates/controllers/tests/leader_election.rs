@@ -11,11 +11,7 @@ use std::{
 };
 
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::{
-    Api, Client,
-    api::PostParams,
-    config::{KubeConfigOptions, Kubeconfig},
-};
+use kube::{Api, Client, api::PostParams};
 use mcm_apiserver::{ApiServer, Config as ServerConfig};
 use mcm_controllers::leader::{self, Config, LeaderElector, LeaderState};
 use mcm_core::leader::LeaderElectionSettings;
@@ -56,12 +52,7 @@ impl Server {
         let mut config = ServerConfig::new(dir.path());
         config.in_memory = true;
         let server = ApiServer::start(config).await.expect("the API server starts");
-        let file = Kubeconfig::read_from(server.kubeconfig()).expect("its kubeconfig");
-        let mut kube_config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-            .await
-            .expect("a client configuration");
-        kube_config.default_retry = false;
-        let client = Client::try_from(kube_config).expect("a client");
+        let client = support::client_for(&server).await;
         Self {
             running: Some(server),
             _dir: dir,
@@ -226,6 +217,18 @@ async fn one_leader(electors: &[&Elector]) -> usize {
     .await
 }
 
+/// Waits until `electors[other]` leads, checking at every look that the two never lead at once.
+async fn takeover(electors: &[Elector; 2], other: usize) {
+    wait_for("the standby to take over", async || {
+        assert!(
+            !(electors[0].leads() && electors[1].leads()),
+            "two leaders at once"
+        );
+        electors[other].leads().then_some(())
+    })
+    .await;
+}
+
 fn spec_holder(lease: &Lease) -> &str {
     lease
         .spec
@@ -289,14 +292,7 @@ async fn a_killed_leader_is_replaced_after_its_lease_expires_and_never_two_lead(
 
     electors[first].kill().await;
     let killed = Instant::now();
-    wait_for("the standby to take over", async || {
-        assert!(
-            !(electors[0].leads() && electors[1].leads()),
-            "two leaders at once"
-        );
-        electors[other].leads().then_some(())
-    })
-    .await;
+    takeover(&electors, other).await;
     let took = killed.elapsed();
     eprintln!("taken over {took:?} after the kill");
     // The standby may see the leader's last renewal up to one (jittered) retry after the kill, and tries again up to
@@ -367,14 +363,7 @@ async fn a_leader_shutting_down_releases_and_the_standby_takes_over_at_once() {
 
     let stopping = Instant::now();
     assert_eq!(electors[first].stop().await, LeaderState::Standby);
-    wait_for("the standby to take over", async || {
-        assert!(
-            !(electors[0].leads() && electors[1].leads()),
-            "two leaders at once"
-        );
-        electors[other].leads().then_some(())
-    })
-    .await;
+    takeover(&electors, other).await;
     let took = stopping.elapsed();
     eprintln!("taken over {took:?} after the shutdown began");
     let bound = max_retry(settings) + SLACK;

@@ -1,13 +1,14 @@
 //! The machine controller against the embedded API server over HTTPS, with the sim provider and its kubelet: a
 //! machine is created, joins and runs; bad input is reported and creates nothing; deletion removes VM and node.
 
+mod support;
+
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::{
     Api, Client,
     api::{DeleteParams, ListParams, PostParams},
-    config::{KubeConfigOptions, Kubeconfig},
 };
 use mcm_api::{Machine, MachineClass, MachinePhase, keys};
 use mcm_apiserver::{ApiServer, Config as ServerConfig};
@@ -34,12 +35,7 @@ impl Harness {
         let mut config = ServerConfig::new(dir.path());
         config.in_memory = true;
         let server = ApiServer::start(config).await.unwrap();
-        let file = Kubeconfig::read_from(server.kubeconfig()).unwrap();
-        let mut kube_config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-            .await
-            .unwrap();
-        kube_config.default_retry = false;
-        let client = Client::try_from(kube_config).unwrap();
+        let client = support::client_for(&server).await;
         let driver = SimDriver::new(SimConfig::default());
         let kubelet = Kubelet::start(
             &driver,

@@ -3,6 +3,8 @@
 //! in the middle of a rollout, a larger rolling update with percentages, and revision history cleanup. Every wait is a
 //! poll with a deadline; watchers check invariants on every state the API server delivers.
 
+mod support;
+
 use std::{
     collections::BTreeMap,
     sync::{
@@ -17,7 +19,6 @@ use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
-    config::{KubeConfigOptions, Kubeconfig},
     runtime::{WatchStreamExt, watcher},
 };
 use mcm_api::{
@@ -59,12 +60,7 @@ impl Harness {
         config.node_monitor_grace_period = Duration::from_secs(2);
         config.node_monitor_period = Duration::from_millis(200);
         let server = ApiServer::start(config).await.unwrap();
-        let file = Kubeconfig::read_from(server.kubeconfig()).unwrap();
-        let mut kube_config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-            .await
-            .unwrap();
-        kube_config.default_retry = false;
-        let client = Client::try_from(kube_config).unwrap();
+        let client = support::client_for(&server).await;
         let driver = SimDriver::new(SimConfig::default());
         let kubelet = Kubelet::start(
             &driver,

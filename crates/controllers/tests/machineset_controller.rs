@@ -1,6 +1,8 @@
 //! The MachineSet controller with the machine controller, against the embedded API server over HTTPS with the sim
 //! provider and its kubelet: scaling up and down, and a lagging cache that must never yield an extra machine.
 
+mod support;
+
 use std::{
     sync::{Arc, Mutex},
     time::Duration,
@@ -11,7 +13,6 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
-    config::{KubeConfigOptions, Kubeconfig},
     runtime::{WatchStreamExt, watcher},
 };
 use mcm_api::{Machine, MachineClass, MachineDeployment, MachinePhase, MachineSet};
@@ -48,12 +49,7 @@ impl Harness {
         config.node_monitor_grace_period = Duration::from_secs(2);
         config.node_monitor_period = Duration::from_millis(200);
         let server = ApiServer::start(config).await.unwrap();
-        let file = Kubeconfig::read_from(server.kubeconfig()).unwrap();
-        let mut kube_config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-            .await
-            .unwrap();
-        kube_config.default_retry = false;
-        let client = Client::try_from(kube_config).unwrap();
+        let client = support::client_for(&server).await;
         let driver = SimDriver::new(SimConfig::default());
         let kubelet = Kubelet::start(
             &driver,

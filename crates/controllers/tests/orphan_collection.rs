@@ -10,6 +10,8 @@
 //! provider keyed by provider ID (as the reference's providers are) deletes alone; [`ByProviderId`] makes the sim
 //! one, so that the duplicate case can show the machine keeping its VM.
 
+mod support;
+
 use std::{
     collections::BTreeSet,
     sync::{Arc, Mutex, PoisonError},
@@ -21,7 +23,6 @@ use k8s_openapi::api::core::v1::{Event, Node, Secret};
 use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, PostParams},
-    config::{KubeConfigOptions, Kubeconfig},
 };
 use mcm_api::{Machine, MachineClass, MachinePhase, keys};
 use mcm_apiserver::{ApiServer, Config as ServerConfig};
@@ -218,12 +219,7 @@ impl World {
         let server = ApiServer::start(server_config)
             .await
             .expect("the API server starts");
-        let file = Kubeconfig::read_from(server.kubeconfig()).expect("its kubeconfig");
-        let mut kube_config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-            .await
-            .expect("a client configuration");
-        kube_config.default_retry = false;
-        let client = Client::try_from(kube_config).expect("a client");
+        let client = support::client_for(&server).await;
         let sim = SimDriver::new(SimConfig::default());
         let kubelet = Kubelet::start(
             &sim,

@@ -5,13 +5,14 @@
 //! objects (being deleted, still counted) until the test releases them. Every test has its own server and
 //! temporary directory; every wait is a poll with a deadline.
 
+mod support;
+
 use std::{sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::{Event, Secret};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
-    config::{KubeConfigOptions, Kubeconfig},
 };
 use mcm_api::{
     ConditionStatus, Machine, MachineClass, MachineDeployment, MachineDeploymentCondition,
@@ -54,12 +55,7 @@ impl Harness {
         config.node_monitor_grace_period = Duration::from_secs(2);
         config.node_monitor_period = Duration::from_millis(200);
         let server = ApiServer::start(config).await.unwrap();
-        let file = Kubeconfig::read_from(server.kubeconfig()).unwrap();
-        let mut kube_config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-            .await
-            .unwrap();
-        kube_config.default_retry = false;
-        let client = Client::try_from(kube_config).unwrap();
+        let client = support::client_for(&server).await;
         let driver = SimDriver::new(SimConfig::default());
         let kubelet = Kubelet::start(
             &driver,

@@ -107,11 +107,7 @@ pub(super) async fn measure(
 ) -> anyhow::Result<Ceiling> {
     let namespace = format!("mcm-bench-ceiling-{}", std::process::id());
     let namespaces: Api<Namespace> = Api::all(client.clone());
-    let object: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}}))?;
-    namespaces
-        .create(&PostParams::default(), &object)
-        .await
-        .with_context(|| format!("creating the namespace {namespace}"))?;
+    super::cluster::create_namespace(client, &namespace).await?;
     let machines: Api<Machine> = Api::namespaced(client.clone(), &namespace);
 
     let started = Instant::now();

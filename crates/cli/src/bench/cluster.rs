@@ -135,12 +135,7 @@ impl Cluster {
         let dir = scratch_dir()?;
         let client = crate::client::from_kubeconfig(kubeconfig).await?;
         let namespace = format!("mcm-bench-{}", &random_token()?[..8]);
-        let namespaces: Api<Namespace> = Api::all(client.clone());
-        let object: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}}))?;
-        namespaces
-            .create(&PostParams::default(), &object)
-            .await
-            .with_context(|| format!("creating the namespace {namespace}"))?;
+        create_namespace(&client, &namespace).await?;
         let url = kube::config::Kubeconfig::read_from(kubeconfig)
             .ok()
             .and_then(|k| k.clusters.into_iter().next())
@@ -269,6 +264,16 @@ pub(super) fn writes(requests: &BTreeMap<String, u64>) -> u64 {
         })
         .map(|(_, n)| n)
         .sum()
+}
+
+/// Creates the namespace `name` (the run's, or the ceiling's scratch namespace).
+pub(super) async fn create_namespace(client: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let object: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &object)
+        .await
+        .with_context(|| format!("creating the namespace {name}"))?;
+    Ok(())
 }
 
 #[cfg(test)]

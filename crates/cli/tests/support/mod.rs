@@ -106,11 +106,6 @@ impl Background {
         }
     }
 
-    /// Its process id (to send it a signal).
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
     /// Its standard output so far.
     pub fn stdout(&self) -> String {
         self.captured.stdout()
@@ -370,6 +365,24 @@ impl Server {
         )
     }
 
+    /// Applies example manifests of `shared/examples/local`, in the order given.
+    pub fn apply_examples(&self, files: &[&str]) {
+        for file in files {
+            self.kubectl_ok(&["apply", "-f", arg(&example(file))]);
+        }
+    }
+
+    /// The phase of each machine (`kubectl get machines` with `args`, e.g. a label selector), one per machine.
+    pub fn machine_phases(&self, args: &[&str]) -> Vec<String> {
+        let mut command = vec!["get", "machines"];
+        command.extend_from_slice(args);
+        command.extend([
+            "-o",
+            "jsonpath={range .items[*]}{.status.currentStatus.phase}{\"\\n\"}{end}",
+        ]);
+        self.kubectl_ok(&command).lines().map(str::to_owned).collect()
+    }
+
     /// Writes a file into the test's directory.
     pub fn write(&self, name: &str, text: &str) -> PathBuf {
         let path = self.dir.join(name);
@@ -410,6 +423,28 @@ pub fn kubectl_at(kubeconfig: &Path, cache_dir: &Path, args: &[&str]) -> Output 
         format!("kubectl {}", args.join(" ")),
     )
     .finish(COMMAND_DEADLINE)
+}
+
+/// An example manifest of `shared/examples/local` (which must exist).
+pub fn example(file: &str) -> PathBuf {
+    let path = mcm_testkit::shared_dir().join("examples/local").join(file);
+    assert!(path.is_file(), "no example {}", path.display());
+    path
+}
+
+/// `mcm provider sim serve` on a unix socket in the test's directory, its simulated kubelets on `server`, once it
+/// serves; `configure` adds flags or variables. Returns it and its endpoint (`unix://...`).
+pub fn start_sim_provider(server: &Server, configure: impl FnOnce(&mut Command)) -> (Background, String) {
+    let endpoint = format!("unix://{}", server.dir.join("provider.sock").display());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
+    command
+        .args(["provider", "sim", "serve", "--target-kubeconfig"])
+        .arg(server.kubeconfig())
+        .env("MC_ENDPOINT", &endpoint);
+    configure(&mut command);
+    let provider = Background::spawn(command, "mcm provider sim serve".into());
+    provider.wait_for_stdout("the provider to serve", |out| out.contains("serving on"));
+    (provider, endpoint)
 }
 
 /// A path as a `&str` argument.

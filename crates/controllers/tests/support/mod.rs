@@ -37,6 +37,17 @@ pub const DEADLINE: Duration = Duration::from_secs(45);
 /// The namespace of everything.
 pub const NAMESPACE: &str = "default";
 
+/// A client of `server` as its kubeconfig describes it, without kube's built-in retry of 429/503/504: the controllers
+/// and the tests handle those answers themselves (docs/pitfalls.md).
+pub async fn client_for(server: &ApiServer) -> Client {
+    let file = Kubeconfig::read_from(server.kubeconfig()).expect("its kubeconfig");
+    let mut kube_config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+        .await
+        .expect("a client configuration");
+    kube_config.default_retry = false;
+    Client::try_from(kube_config).expect("a client")
+}
+
 /// The class every machine is made from.
 pub const CLASS: &str = "sim-small";
 
@@ -100,12 +111,7 @@ impl Cluster {
         config.node_monitor_grace_period = Duration::from_secs(2);
         config.node_monitor_period = Duration::from_millis(200);
         let server = ApiServer::start(config).await.expect("the API server starts");
-        let file = Kubeconfig::read_from(server.kubeconfig()).expect("its kubeconfig");
-        let mut kube_config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-            .await
-            .expect("a client configuration");
-        kube_config.default_retry = false;
-        let client = Client::try_from(kube_config).expect("a client");
+        let client = client_for(&server).await;
         let driver = SimDriver::new(SimConfig::default());
         let kubelet = Kubelet::start(
             &driver,
@@ -136,55 +142,16 @@ impl Cluster {
     /// Starts a machine controller (a new one: nothing in memory from an earlier one) against the same server and
     /// provider.
     pub fn start_controller(&mut self) {
-        assert!(self.controller.is_none(), "one controller at a time");
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(machine::run(
-            self.client.clone(),
-            Some(self.client.clone()),
-            Arc::new(self.driver.clone()),
-            Config {
-                namespace: NAMESPACE.into(),
-                settings: self.settings.clone(),
-                concurrency: 4,
-            },
-            async move {
-                let _ = stopped.await;
-            },
-        ));
-        self.controller = Some(RunningController { stop, task });
-    }
-
-    /// Starts the MachineSet and MachineDeployment controllers (the deployment controller with `config`, the node
-    /// cluster being the same server).
-    pub fn start_set_controllers(&mut self, config: mcm_controllers::machinedeployment::Config) {
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(mcm_controllers::machineset::run(
-            self.client.clone(),
-            mcm_controllers::machineset::Config {
-                namespace: NAMESPACE.into(),
-                concurrency: 4,
-                resync: Duration::from_mins(10),
-            },
-            async move {
-                let _ = stopped.await;
-            },
-        ));
-        self.set_controllers.push(RunningController { stop, task });
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(mcm_controllers::machinedeployment::run(
-            self.client.clone(),
-            Some(self.client.clone()),
-            config,
-            async move {
-                let _ = stopped.await;
-            },
-        ));
-        self.set_controllers.push(RunningController { stop, task });
+        self.spawn_controller(None);
     }
 
     /// [`Cluster::start_controller`] with `metrics`: the machine cache feeds it at scrape time, the step durations
     /// and the reconciles are recorded in it.
     pub fn start_controller_with_metrics(&mut self, metrics: Arc<mcm_controllers::metrics::Metrics>) {
+        self.spawn_controller(Some(metrics));
+    }
+
+    fn spawn_controller(&mut self, metrics: Option<Arc<mcm_controllers::metrics::Metrics>>) {
         assert!(self.controller.is_none(), "one controller at a time");
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(machine::run_with_metrics(
@@ -196,12 +163,18 @@ impl Cluster {
                 settings: self.settings.clone(),
                 concurrency: 4,
             },
-            Some(metrics),
+            metrics,
             async move {
                 let _ = stopped.await;
             },
         ));
         self.controller = Some(RunningController { stop, task });
+    }
+
+    /// Starts the MachineSet and MachineDeployment controllers (the deployment controller with `config`, the node
+    /// cluster being the same server).
+    pub fn start_set_controllers(&mut self, config: mcm_controllers::machinedeployment::Config) {
+        self.spawn_set_controllers(config, None);
     }
 
     /// [`Cluster::start_set_controllers`] with `metrics`: the set and deployment caches feed it at scrape time, the
@@ -211,6 +184,14 @@ impl Cluster {
         config: mcm_controllers::machinedeployment::Config,
         metrics: Arc<mcm_controllers::metrics::Metrics>,
     ) {
+        self.spawn_set_controllers(config, Some(metrics));
+    }
+
+    fn spawn_set_controllers(
+        &mut self,
+        config: mcm_controllers::machinedeployment::Config,
+        metrics: Option<Arc<mcm_controllers::metrics::Metrics>>,
+    ) {
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(mcm_controllers::machineset::run_with_metrics(
             self.client.clone(),
@@ -219,7 +200,7 @@ impl Cluster {
                 concurrency: 4,
                 resync: Duration::from_mins(10),
             },
-            Some(metrics.clone()),
+            metrics.clone(),
             async move {
                 let _ = stopped.await;
             },
@@ -230,7 +211,7 @@ impl Cluster {
             self.client.clone(),
             Some(self.client.clone()),
             config,
-            Some(metrics),
+            metrics,
             async move {
                 let _ = stopped.await;
             },
