@@ -1,5 +1,7 @@
 //! Cache readiness, checked the one safe way.
 
+use std::future::Future;
+
 use futures::FutureExt;
 use kube::runtime::reflector::Store;
 
@@ -12,6 +14,29 @@ where
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
     store.wait_until_ready().now_or_never().is_some()
+}
+
+/// Drives a kube-runtime controller's `work` until it ends, stopping it when `shutdown` resolves (the same signal
+/// its `graceful_shutdown_on` has). kube-runtime holds every reconcile until the controller's `store` is ready, and
+/// its graceful shutdown stops the watch that would make it ready: stopped before the first sync, the work waited
+/// for ever (a process stopped or losing its Lease right after start never exited). So a shutdown before the sync
+/// drops the work, in which no reconcile can have started; after it, the graceful shutdown lets reconciles in
+/// flight finish.
+pub(crate) async fn until_stopped<K>(
+    work: impl Future<Output = ()>,
+    store: &Store<K>,
+    shutdown: impl Future<Output = ()>,
+) where
+    K: kube::Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    let work = std::pin::pin!(work);
+    let shutdown = std::pin::pin!(shutdown);
+    if let futures::future::Either::Right(((), work)) = futures::future::select(work, shutdown).await
+        && synced(store)
+    {
+        work.await;
+    }
 }
 
 /// The annotation `kubectl apply` keeps a copy of the whole object in.

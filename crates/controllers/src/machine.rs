@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::{
     ByteString,
     api::core::v1::{Node, Secret},
@@ -354,9 +354,11 @@ pub async fn run_with(
         node_index,
     });
     let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machine", &context.machines);
-    controller
+    let store = context.machines.clone();
+    let shutdown = shutdown.boxed().shared();
+    let work = controller
         .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(
             meter.reconcile(crate::logging::traced(crate::logging::Kind::Machine, reconcile)),
             meter.error_policy(error_policy),
@@ -366,8 +368,8 @@ pub async fn run_with(
             if let Err(err) = result {
                 tracing::debug!(error = %err, "machine reconcile ended with an error");
             }
-        })
-        .await;
+        });
+    crate::cache::until_stopped(work, &store, shutdown).await;
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature is kube-runtime's

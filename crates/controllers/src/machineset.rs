@@ -5,7 +5,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use futures::{StreamExt, future::join_all};
+use futures::{FutureExt, StreamExt, future::join_all};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
@@ -86,6 +86,7 @@ pub async fn run_with_metrics(
         watcher::Config::default(),
     );
     let sets = controller.store();
+    let set_store = sets.clone();
     if let Some(metrics) = &metrics {
         metrics.attach_machine_sets(sets.clone());
     }
@@ -121,10 +122,11 @@ pub async fn run_with_metrics(
         machines,
         expectations: std::sync::Mutex::default(),
     });
-    controller
+    let shutdown = shutdown.boxed().shared();
+    let work = controller
         .watches_stream(machine_stream, by_machine)
         .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(
             meter.reconcile(crate::logging::traced(
                 crate::logging::Kind::MachineSet,
@@ -137,8 +139,8 @@ pub async fn run_with_metrics(
             if let Err(err) = result {
                 tracing::debug!(error = %err, "machine set reconcile ended with an error");
             }
-        })
-        .await;
+        });
+    crate::cache::until_stopped(work, &set_store, shutdown).await;
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature is kube-runtime's

@@ -88,6 +88,7 @@ pub async fn run_with_metrics(
             context.clone(),
         )
         .for_each(|_| async {});
+    let classes_done = crate::cache::until_stopped(classes_done, &context.classes, shutdown.clone());
 
     // Secrets are looked at when a class changes: those it refers to, and those we hold (a reference may just have
     // gone). Deleted classes count (touched, not only applied).
@@ -104,6 +105,7 @@ pub async fn run_with_metrics(
         watcher::Config::default(),
     );
     let secrets = secret_controller.store();
+    let secret_store = secrets.clone();
     let secret_meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "secret", &secrets);
     let secret_namespace = namespace.clone();
     let secrets_done = secret_controller
@@ -131,7 +133,7 @@ pub async fn run_with_metrics(
             );
             refs
         })
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(
             secret_meter.reconcile(crate::logging::traced(
                 crate::logging::Kind::Secret,
@@ -147,6 +149,7 @@ pub async fn run_with_metrics(
             }),
         )
         .for_each(|_| async {});
+    let secrets_done = crate::cache::until_stopped(secrets_done, &secret_store, shutdown);
     tokio::join!(classes_done, secrets_done);
 }
 

@@ -12,7 +12,7 @@ mod autoscaler;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::{
     api::core::v1::Node,
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
@@ -195,11 +195,12 @@ pub async fn run_with_metrics(
         machines,
         nodes,
     });
+    let shutdown = shutdown.boxed().shared();
     let work = controller
         .watches_stream(set_stream, by_set)
         .watches_stream(machine_stream, by_machine)
         .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(
             meter.reconcile(crate::logging::traced(
                 crate::logging::Kind::MachineDeployment,
@@ -213,6 +214,7 @@ pub async fn run_with_metrics(
                 tracing::debug!(error = %err, "machine deployment reconcile ended with an error");
             }
         });
+    let work = crate::cache::until_stopped(work, &deployments, shutdown);
     match node_stream {
         // The node cache runs as long as the controller does.
         Some(nodes) => {
