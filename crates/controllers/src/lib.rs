@@ -16,8 +16,10 @@ pub mod metrics;
 pub mod migration;
 pub mod orphans;
 pub mod overshoot;
+mod owners;
 pub mod reachability;
 pub mod references;
+mod throttle;
 
 /// What can fail while a controller acts: today only requests to an API server (provider errors are outcomes the
 /// decisions handle, not errors). One type for every controller, re-exported by each module.

@@ -5,7 +5,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use futures::{FutureExt, StreamExt, future::join_all};
+use futures::{FutureExt, StreamExt, TryStreamExt, future::join_all};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
@@ -41,6 +41,8 @@ struct Context {
     client: Client,
     config: Config,
     machines: Store<Machine>,
+    /// The machines of each set (and the orphans), beside `machines`.
+    owners: crate::owners::OwnerIndex,
     expectations: std::sync::Mutex<BTreeMap<String, Expectations>>,
     recorder: Recorder,
 }
@@ -92,12 +94,17 @@ pub async fn run_with_metrics(
     }
     let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machineset", &sets);
     let (machines, writer) = reflector::store::<Machine>();
+    let owners = crate::owners::OwnerIndex::default();
     let machine_stream = watcher(
         Api::<Machine>::namespaced(client.clone(), &namespace),
         watcher::Config::default(),
     )
     .default_backoff()
     .modify(crate::cache::lean_machine)
+    .inspect_ok({
+        let owners = owners.clone();
+        move |event| owners.observe(event)
+    })
     .reflect(writer)
     .touched_objects();
     let mapper_namespace = namespace.clone();
@@ -120,6 +127,7 @@ pub async fn run_with_metrics(
         client,
         config: config.clone(),
         machines,
+        owners,
         expectations: std::sync::Mutex::default(),
     });
     let shutdown = shutdown.boxed().shared();
@@ -163,14 +171,22 @@ async fn deployment_delete_policy(set: &MachineSet, ctx: &Context) -> Option<Str
         .cloned()
 }
 
-#[allow(clippy::too_many_lines)] // the order of the acts is the contract of MachineSetPlan; one place reads best
 async fn reconcile(set: Arc<MachineSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     if !crate::cache::synced(&ctx.machines) {
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
+    pass(set, &ctx).await
+}
+
+#[allow(clippy::too_many_lines)] // the order of the acts is the contract of MachineSetPlan; one place reads best
+async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
     let name = set.name_any();
     let now = jiff::Timestamp::now();
-    let all = ctx.machines.state();
+    // The set's machines and the orphans it may adopt: all that `claim_machines` does not ignore.
+    let uid = set.uid().unwrap_or_default();
+    let all = ctx
+        .owners
+        .machines(&ctx.machines, &ctx.config.namespace, &uid, true);
     let claims = machineset::claim_machines(&set, all.iter().map(|m| &**m));
     let mut owned: Vec<&Machine> = claims.owned.clone();
     for machine in &claims.adopt {
@@ -199,12 +215,20 @@ async fn reconcile(set: Arc<MachineSet>, ctx: Arc<Context>) -> Result<Action, Er
             )
             .await;
     }
+    let awaited: Vec<Arc<Machine>> = ctx.with_expectations(&name, |e| {
+        e.awaited()
+            .filter_map(|machine| {
+                ctx.machines
+                    .get(&ObjectRef::new(machine).within(&ctx.config.namespace))
+            })
+            .collect()
+    });
     let expectations = ctx.with_expectations(&name, |e| {
-        e.observe(all.iter().map(|m| &**m));
+        e.observe(all.iter().chain(&awaited).map(|m| &**m));
         e.expire(now);
         e.clone()
     });
-    let policy = deployment_delete_policy(&set, &ctx).await;
+    let policy = deployment_delete_policy(&set, ctx).await;
     let plan = machineset::decide(&MachineSetInput {
         set: &set,
         machines: &owned,

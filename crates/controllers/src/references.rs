@@ -4,9 +4,14 @@
 //! machine that still needs it to be deleted. The decisions are `mcm_core::finalizers`; this module watches and
 //! patches.
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::{
+    collections::HashMap,
+    future::Future,
+    sync::{Arc, Mutex, PoisonError},
+    time::Duration,
+};
 
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -26,9 +31,110 @@ pub use crate::Error;
 struct Context {
     client: Client,
     namespace: String,
-    machines: Store<Machine>,
+    uses: ClassUses,
     classes: Store<MachineClass>,
     resync: Duration,
+}
+
+/// Which machines use which MachineClass (machines naming a class of kind `MachineClass`), fed the machine watch:
+/// a class pass asks whether its class is used in O(1) instead of scanning every machine, and only the events that
+/// change a class's users (a machine added, deleted or moved to another class) ask for a pass at all. Status
+/// changes, most of a machine's events, ask for nothing (they asked for a pass of O(N) each: docs/benchmarks.md).
+#[derive(Clone, Debug, Default)]
+struct ClassUses(Arc<Mutex<Uses>>);
+
+#[derive(Debug, Default)]
+struct Uses {
+    /// Machine name → the class it uses.
+    class_of: HashMap<String, String>,
+    /// Class → how many machines use it (derived from `class_of`).
+    users: HashMap<String, usize>,
+    /// The picture a relist is building (machine name → class).
+    relisting: Option<HashMap<String, String>>,
+    /// A first list has completed.
+    synced: bool,
+}
+
+impl Uses {
+    fn add(&mut self, machine: String, class: String) {
+        *self.users.entry(class.clone()).or_default() += 1;
+        self.class_of.insert(machine, class);
+    }
+
+    /// Forgets `machine`'s use; returns the class it used.
+    fn remove(&mut self, machine: &str) -> Option<String> {
+        let class = self.class_of.remove(machine)?;
+        if let Some(n) = self.users.get_mut(&class) {
+            *n -= 1;
+            if *n == 0 {
+                self.users.remove(&class);
+            }
+        }
+        Some(class)
+    }
+}
+
+impl ClassUses {
+    /// Applies one watch event; returns the classes whose users changed.
+    fn observe(&self, event: &watcher::Event<Machine>) -> Vec<String> {
+        fn used_class(machine: &Machine) -> Option<(String, String)> {
+            let name = machine.metadata.name.clone()?;
+            (machine.spec.class.kind == mcm_core::migration::MACHINE_CLASS_KIND)
+                .then(|| (name, machine.spec.class.name.clone()))
+        }
+        let mut uses = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut changed = Vec::new();
+        match event {
+            watcher::Event::Apply(machine) => {
+                let name = machine.metadata.name.clone().unwrap_or_default();
+                let new = used_class(machine);
+                if uses.class_of.get(&name) != new.as_ref().map(|(_, class)| class) {
+                    changed.extend(uses.remove(&name));
+                    if let Some((name, class)) = new {
+                        changed.push(class.clone());
+                        uses.add(name, class);
+                    }
+                }
+            }
+            watcher::Event::Delete(machine) => {
+                let name = machine.metadata.name.clone().unwrap_or_default();
+                changed.extend(uses.remove(&name));
+            }
+            watcher::Event::Init => uses.relisting = Some(HashMap::new()),
+            watcher::Event::InitApply(machine) => {
+                if let Some((name, class)) = used_class(machine) {
+                    uses.relisting.get_or_insert_default().insert(name, class);
+                }
+            }
+            watcher::Event::InitDone => {
+                let fresh = uses.relisting.take().unwrap_or_default();
+                let old = std::mem::replace(&mut uses.class_of, fresh);
+                let mut counts: HashMap<String, usize> = HashMap::new();
+                for class in uses.class_of.values() {
+                    *counts.entry(class.clone()).or_default() += 1;
+                }
+                uses.users = counts;
+                let mut classes: Vec<String> =
+                    old.into_values().chain(uses.class_of.values().cloned()).collect();
+                classes.sort();
+                classes.dedup();
+                changed = classes;
+                uses.synced = true;
+            }
+        }
+        changed
+    }
+
+    /// Whether a machine uses `class`.
+    fn used(&self, class: &str) -> bool {
+        let uses = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        uses.users.get(class).is_some_and(|n| *n > 0)
+    }
+
+    /// Whether the machines have been listed once.
+    fn synced(&self) -> bool {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).synced
+    }
 }
 
 /// Runs the class and secret finalizer controllers of `namespace` until `shutdown` resolves. `resync` is how often
@@ -43,6 +149,7 @@ pub async fn run(
 }
 
 /// [`run`], the reconciles of both controllers metered (`machineclass`, `secret`).
+#[allow(clippy::too_many_lines)] // the wiring of the watches reads best in one place
 pub async fn run_with_metrics(
     client: Client,
     namespace: String,
@@ -51,21 +158,34 @@ pub async fn run_with_metrics(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let shutdown = shutdown.boxed().shared();
-    let (machines, machine_writer) = reflector::store::<Machine>();
-    let machine_stream = watcher(
+    let uses = ClassUses::default();
+    // The classes whose users changed, as stand-in machines naming them (what the class controller maps from).
+    let class_changes = watcher(
         Api::<Machine>::namespaced(client.clone(), &namespace),
         watcher::Config::default(),
     )
     .default_backoff()
-    .modify(crate::cache::machine_identity)
-    .reflect(machine_writer)
-    .touched_objects();
+    .map_ok({
+        let uses = uses.clone();
+        move |event| {
+            let classes = uses.observe(&event);
+            futures::stream::iter(classes.into_iter().map(|class| {
+                // kube-runtime names the object that triggered a pass: the stand-in takes the class's name.
+                let mut machine = Machine::default();
+                machine.metadata.name = Some(class.clone());
+                mcm_core::migration::MACHINE_CLASS_KIND.clone_into(&mut machine.spec.class.kind);
+                machine.spec.class.name = class;
+                Ok(machine)
+            }))
+        }
+    })
+    .try_flatten();
     let class_api = Api::<MachineClass>::namespaced(client.clone(), &namespace);
     let class_controller = Controller::new(class_api, watcher::Config::default());
     let context = Arc::new(Context {
         client: client.clone(),
         namespace: namespace.clone(),
-        machines,
+        uses,
         classes: class_controller.store(),
         resync,
     });
@@ -74,7 +194,7 @@ pub async fn run_with_metrics(
         crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machineclass", &context.classes);
     let class_namespace = namespace.clone();
     let classes_done = class_controller
-        .watches_stream(machine_stream, move |machine: Machine| {
+        .watches_stream(class_changes, move |machine: Machine| {
             (machine.spec.class.kind == mcm_core::migration::MACHINE_CLASS_KIND)
                 .then(|| ObjectRef::new(&machine.spec.class.name).within(&class_namespace))
         })
@@ -143,7 +263,7 @@ pub async fn run_with_metrics(
             Arc::new(Context {
                 client,
                 namespace,
-                machines: context.machines.clone(),
+                uses: context.uses.clone(),
                 classes: class_view,
                 resync,
             }),
@@ -160,12 +280,10 @@ fn error_policy<K: Resource>(object: Arc<K>, error: &Error, _: Arc<Context>) -> 
 }
 
 async fn reconcile_class(class: Arc<MachineClass>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if !crate::cache::synced(&ctx.machines) {
+    if !ctx.uses.synced() {
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
-    let machines = ctx.machines.state();
-    let machines: Vec<&Machine> = machines.iter().map(|m| &**m).collect();
-    let change = finalizers::class_finalizer(&class, &machines);
+    let change = finalizers::class_finalizer_by_use(&class, ctx.uses.used(&class.name_any()));
     if let Some(patch) =
         crate::finalizer::patch(&*class, keys::finalizers::MACHINE_CONTROLLER_MANAGER, change)
     {
@@ -192,4 +310,61 @@ async fn reconcile_secret(secret: Arc<Secret>, ctx: Arc<Context>) -> Result<Acti
         tracing::info!(secret = %secret.name_any(), ?change, "secret finalizer");
     }
     Ok(Action::requeue(ctx.resync))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(name: &str, class: &str) -> Machine {
+        let mut m = Machine::default();
+        m.metadata.name = Some(name.into());
+        m.spec.class.kind = mcm_core::migration::MACHINE_CLASS_KIND.into();
+        m.spec.class.name = class.into();
+        m
+    }
+
+    #[test]
+    fn only_changes_of_a_class_s_users_ask_for_a_class_pass() {
+        let uses = ClassUses::default();
+        assert!(!uses.synced());
+        assert_eq!(uses.observe(&watcher::Event::Init), Vec::<String>::new());
+        assert_eq!(
+            uses.observe(&watcher::Event::InitApply(machine("m1", "a"))),
+            Vec::<String>::new()
+        );
+        assert_eq!(uses.observe(&watcher::Event::InitDone), ["a"]);
+        assert!(uses.synced() && uses.used("a") && !uses.used("b"));
+        // A status change of a machine: nothing to look at.
+        let mut running = machine("m1", "a");
+        running.status = Some(mcm_api::MachineStatus::default());
+        assert_eq!(
+            uses.observe(&watcher::Event::Apply(running)),
+            Vec::<String>::new()
+        );
+        // A new machine, a machine moved to another class, a deletion.
+        assert_eq!(uses.observe(&watcher::Event::Apply(machine("m2", "a"))), ["a"]);
+        assert_eq!(
+            uses.observe(&watcher::Event::Apply(machine("m2", "b"))),
+            ["a", "b"]
+        );
+        assert!(uses.used("a") && uses.used("b"));
+        assert_eq!(uses.observe(&watcher::Event::Delete(machine("m1", "a"))), ["a"]);
+        assert!(!uses.used("a") && uses.used("b"));
+        // A machine naming a class of another kind uses no MachineClass.
+        let mut other = machine("m3", "c");
+        other.spec.class.kind = "AWSMachineClass".into();
+        assert_eq!(uses.observe(&watcher::Event::Apply(other)), Vec::<String>::new());
+        assert!(!uses.used("c"));
+    }
+
+    #[test]
+    fn a_relist_reports_the_classes_of_machines_gone_meanwhile() {
+        let uses = ClassUses::default();
+        uses.observe(&watcher::Event::Apply(machine("gone", "a")));
+        uses.observe(&watcher::Event::Init);
+        uses.observe(&watcher::Event::InitApply(machine("kept", "b")));
+        assert_eq!(uses.observe(&watcher::Event::InitDone), ["a", "b"]);
+        assert!(!uses.used("a") && uses.used("b"));
+    }
 }

@@ -36,11 +36,15 @@ pub fn machine_uses_class(machine: &Machine, class: &MachineClass) -> bool {
 
 /// The change of the MachineClass finalizer, given the machines of the class's namespace.
 pub fn class_finalizer(class: &MachineClass, machines: &[&Machine]) -> FinalizerChange {
+    class_finalizer_by_use(class, machines.iter().any(|m| machine_uses_class(m, class)))
+}
+
+/// [`class_finalizer`] for a caller that knows whether a machine uses the class (an index of the uses).
+pub fn class_finalizer_by_use(class: &MachineClass, used: bool) -> FinalizerChange {
     let present = has(
         class.metadata.finalizers.as_ref(),
         finalizers::MACHINE_CONTROLLER_MANAGER,
     );
-    let used = machines.iter().any(|m| machine_uses_class(m, class));
     let deleting = class.metadata.deletion_timestamp.is_some();
     match (present, used, deleting) {
         (false, true, _) => FinalizerChange::Add,

@@ -351,6 +351,12 @@ impl Expectations {
         }
     }
 
+    /// The names of the machines whose creation or deletion is awaited: with the set's own machines, all that
+    /// [`Expectations::observe`] needs to see (a caller with an index need not pass every machine).
+    pub fn awaited(&self) -> impl Iterator<Item = &str> {
+        self.creations.iter().chain(&self.deletions).map(String::as_str)
+    }
+
     /// Nothing is pending.
     pub fn is_empty(&self) -> bool {
         self.creations.is_empty() && self.unknown_creations == 0 && self.deletions.is_empty()

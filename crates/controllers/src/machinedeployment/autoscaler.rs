@@ -1,8 +1,6 @@
 //! The MachineDeployment controller's acts for the cluster-autoscaler (decisions in `mcm_core::autoscaler`): the
 //! trigger-deletion handshake and the node marks of a rollout.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client,
@@ -18,14 +16,14 @@ use crate::Error;
 /// Runs the trigger-deletion handshake: stamps the listed machines and rewrites the deployment's annotations. Returns
 /// whether a machine was stamped in this pass; the caller then scales nothing until its cache has seen the stamps, so
 /// that the set controller deletes the machines the autoscaler chose and no other.
-pub(super) async fn handshake(
+pub(super) async fn handshake<'a>(
     deployment: &MachineDeployment,
-    machines: &BTreeMap<String, &Machine>,
+    machine: impl Fn(&str) -> Option<&'a Machine>,
     machine_api: &Api<Machine>,
     deployment_api: &Api<MachineDeployment>,
     now: jiff::Timestamp,
 ) -> Result<bool, Error> {
-    let Some(plan) = autoscaler::trigger_deletion(deployment, |name| machines.get(name).copied(), now) else {
+    let Some(plan) = autoscaler::trigger_deletion(deployment, machine, now) else {
         return Ok(false);
     };
     for (name, patch) in &plan.mark {

@@ -12,7 +12,7 @@ mod autoscaler;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::{
     api::core::v1::Node,
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
@@ -77,6 +77,10 @@ struct Context {
     config: Config,
     sets: Store<MachineSet>,
     machines: Store<Machine>,
+    /// The machines of each set, beside `machines`.
+    owners: crate::owners::OwnerIndex,
+    /// Spaces the passes of a deployment of many machines.
+    throttle: crate::throttle::PassThrottle,
     nodes: Option<Store<Node>>,
     recorder: Recorder,
 }
@@ -119,6 +123,7 @@ pub async fn run(
 }
 
 /// [`run`], the deployment cache feeding `metrics` at scrape time and the reconciles metered.
+#[allow(clippy::too_many_lines)] // the wiring of the watches reads best in one place
 pub async fn run_with_metrics(
     client: Client,
     target: Option<Client>,
@@ -145,12 +150,17 @@ pub async fn run_with_metrics(
     .reflect(set_writer)
     .touched_objects();
     let (machines, machine_writer) = reflector::store::<Machine>();
+    let owners = crate::owners::OwnerIndex::default();
     let machine_stream = watcher(
         Api::<Machine>::namespaced(client.clone(), &namespace),
         watcher::Config::default(),
     )
     .default_backoff()
     .modify(crate::cache::lean_machine)
+    .inspect_ok({
+        let owners = owners.clone();
+        move |event| owners.observe(event)
+    })
     .reflect(machine_writer)
     .touched_objects();
     let nodes = target.as_ref().map(|target| {
@@ -193,6 +203,8 @@ pub async fn run_with_metrics(
         config: config.clone(),
         sets,
         machines,
+        owners,
+        throttle: crate::throttle::PassThrottle::default(),
         nodes,
     });
     let shutdown = shutdown.boxed().shared();
@@ -357,17 +369,18 @@ fn counts_of(status: &MachineDeploymentStatus) -> StatusCounts {
     }
 }
 
-/// Machines of a set, from the cache (claimed by the set's controller reference).
-fn machines_of<'a>(set: &MachineSet, machines: &'a [Arc<Machine>]) -> Vec<&'a Machine> {
-    let uid = set.uid();
+/// Machines of a set, from the cache (claimed by the set's controller reference), found through the owner index.
+fn machines_of(set: &MachineSet, ctx: &Context) -> Vec<Arc<Machine>> {
+    let Some(uid) = set.uid() else {
+        return Vec::new();
+    };
+    let mut machines = ctx
+        .owners
+        .machines(&ctx.machines, &ctx.config.namespace, &uid, false);
+    machines.retain(|m| {
+        controller_owner(m.owner_references(), machineset::MACHINE_SET_KIND).is_some_and(|r| r.uid == uid)
+    });
     machines
-        .iter()
-        .filter(|m| {
-            controller_owner(m.owner_references(), machineset::MACHINE_SET_KIND)
-                .is_some_and(|r| Some(&r.uid) == uid.as_ref())
-        })
-        .map(|m| &**m)
-        .collect()
 }
 
 async fn roll_back(
@@ -473,6 +486,20 @@ async fn reconcile(deployment: Arc<MachineDeployment>, ctx: Arc<Context>) -> Res
     if !ctx.synced() {
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
+    let name = deployment.name_any();
+    let started = std::time::Instant::now();
+    if let Some(wait) = ctx.throttle.wait(&name, started) {
+        return Ok(Action::requeue(wait));
+    }
+    let result = pass(deployment, &ctx).await;
+    let ended = std::time::Instant::now();
+    ctx.throttle.record(&name, ended, ended - started);
+    result
+}
+
+/// One pass over a deployment (held by [`reconcile`] when the last one was too recent, see [`crate::throttle`]).
+#[allow(clippy::too_many_lines)] // the order of the acts is the contract of RolloutPlan; one place reads best
+async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Action, Error> {
     if deployment.metadata.deletion_timestamp.is_some() {
         // Its sets go by garbage collection (owner references), their machines by the set controller.
         return Ok(Action::await_change());
@@ -496,25 +523,38 @@ async fn reconcile(deployment: Arc<MachineDeployment>, ctx: Arc<Context>) -> Res
         .map(|s| &**s)
         .filter(|s| owned_by(s, &deployment))
         .collect();
-    let all_machines = ctx.machines.state();
-    let machines_by_set: BTreeMap<String, Vec<&Machine>> = owned
+    let set_machines: Vec<(String, Vec<Arc<Machine>>)> = owned
         .iter()
-        .map(|s| (s.name_any(), machines_of(s, &all_machines)))
+        .map(|s| (s.name_any(), machines_of(s, ctx)))
+        .collect();
+    let machines_by_set: BTreeMap<String, Vec<&Machine>> = set_machines
+        .iter()
+        .map(|(set, machines)| (set.clone(), machines.iter().map(|m| &**m).collect()))
         .collect();
 
     // The cluster-autoscaler's handshake comes first: the machines it chose must carry their marks before any set
     // is scaled down.
-    let by_name: BTreeMap<String, &Machine> = machines_by_set
-        .values()
-        .flatten()
-        .map(|m| (m.name_any(), *m))
-        .collect();
-    if autoscaler::handshake(&deployment, &by_name, &ctx.machine_api(), &ctx.deployments(), now).await? {
+    let machine_named = |name: &str| {
+        machines_by_set
+            .values()
+            .flatten()
+            .copied()
+            .find(|m| m.metadata.name.as_deref() == Some(name))
+    };
+    if autoscaler::handshake(
+        &deployment,
+        machine_named,
+        &ctx.machine_api(),
+        &ctx.deployments(),
+        now,
+    )
+    .await?
+    {
         return Ok(Action::requeue(RETRY_SOON));
     }
 
     if let Some(rollback) = &deployment.spec.rollback_to {
-        roll_back(&deployment, &owned, rollback.revision, &ctx).await?;
+        roll_back(&deployment, &owned, rollback.revision, ctx).await?;
         return Ok(Action::await_change());
     }
 

@@ -1,0 +1,222 @@
+//! Machines by their controlling owner, kept beside a reflector's store, so that a MachineSet or MachineDeployment
+//! pass reads its own machines (and the orphans) instead of filtering every machine of the namespace: a pass costs
+//! O(own machines), not O(all machines) (docs/benchmarks.md, issue 12).
+//!
+//! The index is fed the same watch events as the store, before it ([`OwnerIndex::observe`] in the stream ahead of
+//! `reflect`), so it never lags the store. It only names machines: a pass looks each name up in the store and decides
+//! from the object it finds there (ownership included), so a name the index still holds for a moment after a change
+//! costs a lookup and nothing else.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    sync::{Arc, Mutex, PoisonError},
+};
+
+use kube::runtime::{reflector::ObjectRef, reflector::Store, watcher};
+use mcm_api::Machine;
+
+/// The uid of `machine`'s controlling owner, `""` for an orphan.
+fn controller_uid(machine: &Machine) -> &str {
+    mcm_core::machineset::controller_ref(machine).map_or("", |owner| owner.uid.as_str())
+}
+
+/// One complete picture: owner uid → machine names, and machine name → owner uid.
+#[derive(Debug, Default)]
+struct Index {
+    by_owner: HashMap<String, BTreeSet<String>>,
+    owner_of: HashMap<String, String>,
+}
+
+impl Index {
+    fn insert(&mut self, machine: &Machine) {
+        let Some(name) = machine.metadata.name.as_deref() else {
+            return;
+        };
+        let uid = controller_uid(machine);
+        if self.owner_of.get(name).is_some_and(|old| old == uid) {
+            return;
+        }
+        self.remove(name);
+        self.owner_of.insert(name.to_owned(), uid.to_owned());
+        self.by_owner
+            .entry(uid.to_owned())
+            .or_default()
+            .insert(name.to_owned());
+    }
+
+    fn remove(&mut self, name: &str) {
+        if let Some(old) = self.owner_of.remove(name)
+            && let Some(names) = self.by_owner.get_mut(&old)
+        {
+            names.remove(name);
+            if names.is_empty() {
+                self.by_owner.remove(&old);
+            }
+        }
+    }
+}
+
+/// Machine names by controlling owner uid; cheap to clone (shared).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct OwnerIndex(Arc<Mutex<State>>);
+
+#[derive(Debug, Default)]
+struct State {
+    current: Index,
+    /// The picture a relist is building; it replaces `current` when the relist is done (as the store does).
+    relisting: Option<Index>,
+}
+
+impl OwnerIndex {
+    /// Applies one watch event (put this in the watch stream ahead of the store's `reflect`).
+    pub(crate) fn observe(&self, event: &watcher::Event<Machine>) {
+        let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match event {
+            watcher::Event::Apply(machine) => state.current.insert(machine),
+            watcher::Event::Delete(machine) => {
+                if let Some(name) = machine.metadata.name.as_deref() {
+                    state.current.remove(name);
+                }
+            }
+            watcher::Event::Init => state.relisting = Some(Index::default()),
+            watcher::Event::InitApply(machine) => {
+                state.relisting.get_or_insert_default().insert(machine);
+            }
+            watcher::Event::InitDone => {
+                if let Some(fresh) = state.relisting.take() {
+                    state.current = fresh;
+                }
+            }
+        }
+    }
+
+    /// The machines of `store` controlled by the owner of `uid`, and, with `orphans`, those without a controller too.
+    pub(crate) fn machines(
+        &self,
+        store: &Store<Machine>,
+        namespace: &str,
+        uid: &str,
+        orphans: bool,
+    ) -> Vec<Arc<Machine>> {
+        let names: Vec<String> = {
+            let state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            let owned = state.current.by_owner.get(uid).into_iter().flatten();
+            let orphaned = state
+                .current
+                .by_owner
+                .get("")
+                .into_iter()
+                .flatten()
+                .filter(|_| orphans && !uid.is_empty());
+            owned.chain(orphaned).cloned().collect()
+        };
+        names
+            .iter()
+            .filter_map(|name| store.get(&ObjectRef::new(name).within(namespace)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use kube::runtime::reflector;
+
+    use super::*;
+
+    fn machine(name: &str, owner: Option<&str>) -> Machine {
+        let mut m = Machine::default();
+        m.metadata.name = Some(name.into());
+        m.metadata.namespace = Some("ns".into());
+        m.metadata.owner_references = owner.map(|uid| {
+            vec![OwnerReference {
+                uid: uid.into(),
+                controller: Some(true),
+                kind: "MachineSet".into(),
+                ..OwnerReference::default()
+            }]
+        });
+        m
+    }
+
+    fn names(machines: &[Arc<Machine>]) -> Vec<String> {
+        let mut names: Vec<String> = machines
+            .iter()
+            .map(|m| m.metadata.name.clone().unwrap_or_default())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Feeds `events` to a store and the index as the controllers' streams do.
+    fn fed(events: Vec<watcher::Event<Machine>>) -> (Store<Machine>, OwnerIndex) {
+        let (store, mut writer) = reflector::store::<Machine>();
+        let index = OwnerIndex::default();
+        for event in events {
+            index.observe(&event);
+            writer.apply_watcher_event(&event);
+        }
+        (store, index)
+    }
+
+    #[test]
+    fn a_set_reads_its_own_machines_and_the_orphans_only() {
+        let (store, index) = fed(vec![
+            watcher::Event::Init,
+            watcher::Event::InitApply(machine("a1", Some("A"))),
+            watcher::Event::InitApply(machine("b1", Some("B"))),
+            watcher::Event::InitApply(machine("o1", None)),
+            watcher::Event::InitDone,
+            watcher::Event::Apply(machine("a2", Some("A"))),
+        ]);
+        assert_eq!(
+            names(&index.machines(&store, "ns", "A", true)),
+            ["a1", "a2", "o1"]
+        );
+        assert_eq!(names(&index.machines(&store, "ns", "A", false)), ["a1", "a2"]);
+        assert_eq!(names(&index.machines(&store, "ns", "B", false)), ["b1"]);
+        assert!(index.machines(&store, "ns", "C", false).is_empty());
+    }
+
+    #[test]
+    fn adoption_release_and_deletion_move_a_machine() {
+        let (store, index) = fed(vec![
+            watcher::Event::Init,
+            watcher::Event::InitApply(machine("m", None)),
+            watcher::Event::InitDone,
+            // Adopted by A, released, adopted by B, deleted.
+            watcher::Event::Apply(machine("m", Some("A"))),
+        ]);
+        assert_eq!(names(&index.machines(&store, "ns", "A", false)), ["m"]);
+        index.observe(&watcher::Event::Apply(machine("m", None)));
+        assert!(index.machines(&store, "ns", "A", false).is_empty());
+        index.observe(&watcher::Event::Apply(machine("m", Some("B"))));
+        assert_eq!(names(&index.machines(&store, "ns", "B", false)), ["m"]);
+        index.observe(&watcher::Event::Delete(machine("m", Some("B"))));
+        assert!(index.machines(&store, "ns", "B", false).is_empty());
+        assert!(index.0.lock().unwrap().current.owner_of.is_empty());
+    }
+
+    #[test]
+    fn a_relist_replaces_the_picture_when_it_is_done() {
+        let (store, index) = fed(vec![
+            watcher::Event::Init,
+            watcher::Event::InitApply(machine("gone", Some("A"))),
+            watcher::Event::InitDone,
+        ]);
+        index.observe(&watcher::Event::Init);
+        index.observe(&watcher::Event::InitApply(machine("new", Some("A"))));
+        // Until the relist is done, the old picture holds.
+        assert_eq!(
+            index.0.lock().unwrap().current.by_owner["A"],
+            BTreeSet::from(["gone".to_owned()])
+        );
+        index.observe(&watcher::Event::InitDone);
+        assert_eq!(
+            index.0.lock().unwrap().current.by_owner["A"],
+            BTreeSet::from(["new".to_owned()])
+        );
+        // The store has not seen the relist here: only names it holds come back.
+        assert!(index.machines(&store, "ns", "A", false).is_empty());
+    }
+}
