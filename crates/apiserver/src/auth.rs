@@ -547,7 +547,7 @@ impl Request<'_> {
 fn node_rules(node: &str, user: &User, request: &Request<'_>) -> Result<(), &'static str> {
     let own = |allowed: bool, reason: &'static str| if allowed { Ok(()) } else { Err(reason) };
     let sub = request.subresource;
-    match (request.def.group, request.def.plural) {
+    match (request.def.group.as_str(), request.def.plural.as_str()) {
         ("", "nodes") => match (request.verb, sub) {
             (_, None | Some("status")) if request.reads() => Ok(()),
             ("create", None) | ("update" | "patch", None | Some("status")) => own(

@@ -18,9 +18,9 @@ use tokio::{net::TcpListener, sync::watch, task::JoinSet};
 
 use crate::{
     auth, objects,
-    openapi::OpenApi,
+    openapi::LiveOpenApi,
     pki::{self, Pki},
-    registry::Registry,
+    registry::{Registry, SharedRegistry},
     rest::{self, AdminToken, AppState},
     store::Store,
 };
@@ -151,9 +151,11 @@ impl ApiServer {
             (!config.in_memory).then(|| dir.join("store.redb")).as_deref(),
             config.watch_window,
         )?);
-        let registry = Registry::new();
-        objects::ensure_default_namespaces(&store, &registry)
+        let registry = SharedRegistry::new(Registry::new());
+        objects::ensure_default_namespaces(&store, registry.builtins())
             .map_err(|e| ServerError::Init(e.to_string()))?;
+        // The custom resources of the stored CRDs are served from the first request on.
+        crate::crd::sync(&store, &registry, jiff::Timestamp::now());
 
         let port = if config.port == 0 {
             remembered_port(dir).unwrap_or(0)
@@ -187,7 +189,7 @@ impl ApiServer {
         hooks.set_watch_delay(config.watch_delay);
         hooks.set_failure(config.failure.clone());
         let state = AppState {
-            openapi: Arc::new(OpenApi::build(&registry)),
+            openapi: Arc::new(LiveOpenApi::new(registry.clone())),
             registry: registry.clone(),
             store: Arc::clone(&store),
             auth: Arc::new(authenticators(token, token_file, &store)),
@@ -211,6 +213,11 @@ impl ApiServer {
             Arc::clone(&store),
             registry.clone(),
             config.gc_interval,
+            shutdown_rx.clone(),
+        ));
+        tasks.spawn(crate::crd::run(
+            Arc::clone(&store),
+            registry.clone(),
             shutdown_rx.clone(),
         ));
         tasks.spawn(sweep_namespaces(
@@ -370,14 +377,14 @@ async fn control_loops(
 
 async fn sweep_namespaces(
     store: Arc<Store>,
-    registry: Registry,
+    registry: SharedRegistry,
     every: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut ticker = tokio::time::interval(every);
     loop {
         tokio::select! {
-            _ = ticker.tick() => objects::finalize_namespaces(&store, &registry, jiff::Timestamp::now()),
+            _ = ticker.tick() => objects::finalize_namespaces(&store, &registry.current(), jiff::Timestamp::now()),
             _ = shutdown.changed() => return,
         }
     }
