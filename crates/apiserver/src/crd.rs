@@ -126,7 +126,11 @@ pub fn set_defaults(object: &mut Value) {
         return;
     };
     if let Some(names) = spec.get_mut("names").and_then(Value::as_object_mut)
-        && let Some(kind) = names.get("kind").and_then(Value::as_str).map(str::to_owned)
+        && let Some(kind) = names
+            .get("kind")
+            .and_then(Value::as_str)
+            .filter(|k| !k.is_empty())
+            .map(str::to_owned)
     {
         let empty = |v: Option<&Value>| v.and_then(Value::as_str).is_none_or(str::is_empty);
         if empty(names.get("singular")) {
@@ -214,7 +218,9 @@ pub fn validate(object: &Value) -> Vec<Cause> {
 
 fn validate_names(names: &Value, causes: &mut Vec<Cause>) {
     for field in ["plural", "singular"] {
-        if let Some(text) = names[field].as_str()
+        if let Some(text) = names[field]
+            .as_str()
+            .filter(|t| !t.is_empty() || field == "plural")
             && !is_dns_label(text)
         {
             causes.push(invalid(
@@ -314,7 +320,7 @@ fn condition(type_: &str, reason: &str, message: &str, previous: &Value, now: &s
 }
 
 /// The status the server keeps on a CRD: `NamesAccepted` and `Established` True (`Terminating` too while it is
-/// deleted), `acceptedNames` (the names as given), `storedVersions` (every version ever used for storage, the
+/// deleted; other conditions are kept), `acceptedNames` (the names as given), `storedVersions` (every version ever used for storage, the
 /// current storage version last added). Transition times of conditions that stay True are kept.
 pub fn status(object: &Value, now: jiff::Timestamp) -> Value {
     let previous = &object["status"];
@@ -344,6 +350,16 @@ pub fn status(object: &Value, now: jiff::Timestamp) -> Value {
             &now,
         ));
     }
+    // Conditions others set (through the status subresource) stay.
+    let managed = ["NamesAccepted", "Established", "Terminating"];
+    conditions.extend(
+        previous["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["type"].as_str().is_none_or(|t| !managed.contains(&t)))
+            .cloned(),
+    );
     let mut stored: Vec<Value> = previous["storedVersions"].as_array().cloned().unwrap_or_default();
     let storage = object["spec"]["versions"]
         .as_array()
