@@ -165,7 +165,7 @@ impl ApiError {
             format!("[{}]", list.join(", "))
         };
         let qualified = if def.group.is_empty() {
-            def.kind.to_owned()
+            def.kind.clone()
         } else {
             format!("{}.{}", def.kind, def.group)
         };

@@ -683,8 +683,8 @@ fn apply_patch(
             crate::error::Subject {
                 message,
                 name: name_of(target).to_owned(),
-                group: ctx.def.group.to_owned(),
-                kind: ctx.def.kind.to_owned(),
+                group: ctx.def.group.clone(),
+                kind: ctx.def.kind.clone(),
             },
             Vec::new(),
         ),

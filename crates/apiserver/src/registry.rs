@@ -545,6 +545,7 @@ impl Registry {
 
     /// These resources followed by `custom` ones, leaving out any whose group and plural a resource here already
     /// serves (a CRD for a built-in kind does not replace it).
+    #[must_use]
     pub fn with_custom(&self, custom: Vec<ResourceDef>) -> Self {
         let mut resources: Vec<Arc<ResourceDef>> = self.resources.to_vec();
         for def in custom {

@@ -202,30 +202,8 @@ impl ApiServer {
         };
         let tls = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config()?));
         let mut tasks = JoinSet::new();
-        tasks.spawn(control_loops(
-            Arc::clone(&store),
-            config.node_monitor_period,
-            config.node_monitor_grace_period,
-            shutdown_rx.clone(),
-        ));
         tasks.spawn(accept_loop(listener, tls, state, shutdown_rx.clone()));
-        tasks.spawn(crate::gc::run(
-            Arc::clone(&store),
-            registry.clone(),
-            config.gc_interval,
-            shutdown_rx.clone(),
-        ));
-        tasks.spawn(crate::crd::run(
-            Arc::clone(&store),
-            registry.clone(),
-            shutdown_rx.clone(),
-        ));
-        tasks.spawn(sweep_namespaces(
-            Arc::clone(&store),
-            registry,
-            config.namespace_sweep_interval,
-            shutdown_rx,
-        ));
+        spawn_controllers(&mut tasks, &store, &registry, &config, &shutdown_rx);
         tracing::info!(url = %url, kubeconfig = %kubeconfig.display(), "API server listening");
         Ok(Self {
             hooks,
@@ -269,6 +247,39 @@ impl ApiServer {
         while self.tasks.join_next().await.is_some() {}
         tracing::info!(url = %self.url, "API server stopped");
     }
+}
+
+/// The background duties: what kube-controller-manager and the apiextensions controllers would do.
+fn spawn_controllers(
+    tasks: &mut JoinSet<()>,
+    store: &Arc<Store>,
+    registry: &SharedRegistry,
+    config: &Config,
+    shutdown: &watch::Receiver<bool>,
+) {
+    tasks.spawn(control_loops(
+        Arc::clone(store),
+        config.node_monitor_period,
+        config.node_monitor_grace_period,
+        shutdown.clone(),
+    ));
+    tasks.spawn(crate::gc::run(
+        Arc::clone(store),
+        registry.clone(),
+        config.gc_interval,
+        shutdown.clone(),
+    ));
+    tasks.spawn(crate::crd::run(
+        Arc::clone(store),
+        registry.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(sweep_namespaces(
+        Arc::clone(store),
+        registry.clone(),
+        config.namespace_sweep_interval,
+        shutdown.clone(),
+    ));
 }
 
 /// The static token file of the configuration, if any (read once; its tokens are never logged).

@@ -21,6 +21,9 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use support::{TestServer, api_error, eventually, expect_status, machine, send_raw, within};
 
+/// A change that makes a valid CRD invalid.
+type Breakage = Box<dyn Fn(&mut CustomResourceDefinition)>;
+
 const CLUSTER_CRD: &str = include_str!("fixtures/cluster-crd.yaml");
 const GROUP: &str = "cluster.x-k8s.io";
 
@@ -98,6 +101,10 @@ fn cause_fields(status: &Status) -> Vec<String> {
         .unwrap_or_default()
 }
 
+fn names(list: kube::core::ObjectList<DynamicObject>) -> Vec<String> {
+    list.items.into_iter().map(|o| o.name_any()).collect()
+}
+
 fn data(object: &DynamicObject) -> &Value {
     &object.data
 }
@@ -115,7 +122,7 @@ async fn get_json(t: &TestServer, path: &str, accept: &str) -> (http::StatusCode
 async fn invalid_crds_are_422_with_causes_naming_the_field() {
     let t = TestServer::start().await;
     let api = crds(&t);
-    let cases: Vec<(&str, Box<dyn Fn(&mut CustomResourceDefinition)>)> = vec![
+    let cases: Vec<(&str, Breakage)> = vec![
         (
             "metadata.name",
             Box::new(|c| c.metadata.name = Some("things.cluster.x-k8s.io".into())),
@@ -258,7 +265,14 @@ async fn a_crd_is_established_defaulted_and_served_like_other_resources() {
         after_main.status.unwrap().stored_versions,
         Some(vec!["v1beta2".to_owned()])
     );
+}
 
+// Point 1: CRDs and the kinds they define are in discovery (legacy and aggregated, preferred version first) and
+// in OpenAPI, schema defaults included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crds_and_their_kinds_are_discovered_and_described_in_openapi() {
+    let t = TestServer::start().await;
+    install(&t, &fixture()).await;
     // Discovery, legacy and aggregated, and OpenAPI.
     let (code, list) = get_json(&t, "/apis/apiextensions.k8s.io/v1", "application/json").await;
     assert_eq!(code, 200);
@@ -279,7 +293,7 @@ async fn a_crd_is_established_defaulted_and_served_like_other_resources() {
     let (_, v1beta2) = get_json(&t, "/apis/cluster.x-k8s.io/v1beta2", "application/json").await;
     let clusters_entry = &v1beta2["resources"][0];
     assert_eq!(clusters_entry["name"], "clusters");
-    assert_eq!(clusters_entry["shortNames"], json!(["cl", "capicl"]));
+    assert_eq!(clusters_entry["shortNames"], json!(["cl"]));
     assert_eq!(clusters_entry["categories"], json!(["cluster-api"]));
     assert_eq!(v1beta2["resources"][1]["name"], "clusters/status");
     let (_, aggregated) = get_json(
@@ -315,6 +329,8 @@ async fn a_crd_is_established_defaulted_and_served_like_other_resources() {
         "{schema}"
     );
 
+    let api = crds(&t);
+    let name = "clusters.cluster.x-k8s.io";
     // Watch sees the deletion (a CRD without objects goes at once, after its cleanup).
     let mut events = api
         .watch(
@@ -370,11 +386,7 @@ async fn custom_resources_have_every_verb_selectors_generation_finalizers_and_st
     )
     .await
     .unwrap();
-    let mut watch = api.watch(&WatchParams::default(), "0").await.unwrap().boxed();
 
-    let names = |list: kube::core::ObjectList<DynamicObject>| -> Vec<String> {
-        list.items.iter().map(ResourceExt::name_any).collect()
-    };
     assert_eq!(
         names(api.list(&ListParams::default().labels("env=prod")).await.unwrap()),
         ["a"]
@@ -446,7 +458,20 @@ async fn custom_resources_have_every_verb_selectors_generation_finalizers_and_st
     assert_eq!(main_write.data["status"]["phase"], "Provisioned");
     assert_eq!(main_write.data["spec"]["paused"], true);
     assert_eq!(main_write.metadata.generation, Some(3));
+}
 
+// Point 2: finalizers hold a deleted custom resource until they are removed, and a watch sees it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_resource_finalizers_hold_deletion_and_watches_see_every_change() {
+    let t = TestServer::start().await;
+    install(&t, &fixture()).await;
+    let api = clusters(&t, "v1beta2");
+    for name in ["a", "b"] {
+        api.create(&PostParams::default(), &cluster(name, "v1beta2", json!({})))
+            .await
+            .unwrap();
+    }
+    let mut watch = api.watch(&WatchParams::default(), "0").await.unwrap().boxed();
     // Finalizers hold a deleted object until they are removed.
     api.patch(
         "b",
@@ -460,7 +485,7 @@ async fn custom_resources_have_every_verb_selectors_generation_finalizers_and_st
         .left()
         .expect("an object with a finalizer is marked, not gone");
     assert!(marked.metadata.deletion_timestamp.is_some());
-    assert_eq!(marked.metadata.generation, Some(2));
+    assert_eq!(marked.metadata.generation, Some(2), "deletion moves generation");
     api.patch(
         "b",
         &PatchParams::default(),
