@@ -355,7 +355,7 @@ async fn crds_and_their_kinds_are_discovered_and_described_in_openapi() {
 // Point 2: custom resources are served with CRUD, selectors, generation, finalizers, watch and the status
 // subresource semantics of the machine kinds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn custom_resources_have_every_verb_selectors_generation_finalizers_and_status_semantics() {
+async fn custom_resources_have_every_verb_selectors_generation_and_status_semantics() {
     let t = TestServer::start().await;
     install(&t, &fixture()).await;
     let api = clusters(&t, "v1beta2");
