@@ -352,7 +352,7 @@ async fn crds_and_their_kinds_are_discovered_and_described_in_openapi() {
     assert_eq!(deleted.name_any(), name);
 }
 
-// Point 2: custom resources are served with CRUD, selectors, generation, finalizers, watch and the status
+// Point 2: custom resources are served with CRUD, label and field selectors, generation and the status
 // subresource semantics of the machine kinds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_resources_have_every_verb_selectors_generation_and_status_semantics() {
