@@ -547,7 +547,7 @@ impl Request<'_> {
 fn node_rules(node: &str, user: &User, request: &Request<'_>) -> Result<(), &'static str> {
     let own = |allowed: bool, reason: &'static str| if allowed { Ok(()) } else { Err(reason) };
     let sub = request.subresource;
-    match (request.def.group, request.def.plural) {
+    match (request.def.group.as_str(), request.def.plural.as_str()) {
         ("", "nodes") => match (request.verb, sub) {
             (_, None | Some("status")) if request.reads() => Ok(()),
             ("create", None) | ("update" | "patch", None | Some("status")) => own(
@@ -616,7 +616,7 @@ fn forbidden(user: &User, request: &Request<'_>, reason: &str) -> ApiError {
     let def = request.def;
     let resource = match request.subresource {
         Some(sub) => format!("{}/{sub}", def.plural),
-        None => def.plural.to_owned(),
+        None => def.plural.clone(),
     };
     let scope = match request.namespace {
         Some(ns) => format!("in the namespace \"{ns}\""),
@@ -638,8 +638,8 @@ fn forbidden(user: &User, request: &Request<'_>, reason: &str) -> ApiError {
     ApiError::ForbiddenResource(Subject {
         message,
         name: request.name.unwrap_or_default().to_owned(),
-        group: def.group.to_owned(),
-        kind: def.plural.to_owned(),
+        group: def.group.clone(),
+        kind: def.plural.clone(),
     })
 }
 

@@ -308,7 +308,7 @@ pub fn write_approval(
                 }
                 _ => object.clone(),
             },
-            ApprovalChange::Patch(patch_type, body) => patch::apply(patch_type, def.kind, current, body)
+            ApprovalChange::Patch(patch_type, body) => patch::apply(patch_type, &def.kind, current, body)
                 .map_err(|err| match err {
                     patch::PatchError::InvalidBody(message) | patch::PatchError::Failed(message) => {
                         ApiError::BadRequest(message)

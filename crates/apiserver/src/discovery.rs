@@ -32,20 +32,20 @@ pub const SUBRESOURCE_VERBS: &[&str] = &["get", "patch", "update"];
 ///
 /// Discovery and OpenAPI both read [`subresources`], so that a subresource is announced in one place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Subresource {
+pub struct Subresource<'a> {
     /// Name, the last URL segment (`status`, `scale`).
     pub name: &'static str,
     /// API group of the request and response kind (`autoscaling` for scale).
-    pub group: &'static str,
+    pub group: &'a str,
     /// API version of that kind.
-    pub version: &'static str,
+    pub version: &'a str,
     /// The kind read and written at this subresource (`Scale`, or the resource's own kind for `status`).
-    pub kind: &'static str,
+    pub kind: &'a str,
     /// Verbs served (`get`, `patch`, `update`; `create` for action subresources such as `eviction`).
     pub verbs: &'static [&'static str],
 }
 
-impl Subresource {
+impl Subresource<'_> {
     /// True when the subresource speaks the resource's own group version (then built-ins leave it out of
     /// `responseKind`, as the real server does).
     fn same_group_version(&self, def: &ResourceDef) -> bool {
@@ -55,14 +55,14 @@ impl Subresource {
 
 /// The subresources of a resource: `status` and `scale` as the registry declares them. A later subresource (such as
 /// `pods/eviction` with `policy/v1 Eviction` and verb `create`) is added here once it is served.
-pub fn subresources(def: &ResourceDef) -> Vec<Subresource> {
+pub fn subresources(def: &ResourceDef) -> Vec<Subresource<'_>> {
     let mut out = Vec::new();
     if def.status_subresource {
         out.push(Subresource {
             name: "status",
-            group: def.group,
-            version: def.version,
-            kind: def.kind,
+            group: &def.group,
+            version: &def.version,
+            kind: &def.kind,
             verbs: SUBRESOURCE_VERBS,
         });
     }
@@ -89,9 +89,9 @@ pub fn subresources(def: &ResourceDef) -> Vec<Subresource> {
         // `kubectl certificate approve|deny` writes the conditions here.
         out.push(Subresource {
             name: "approval",
-            group: def.group,
-            version: def.version,
-            kind: def.kind,
+            group: &def.group,
+            version: &def.version,
+            kind: &def.kind,
             verbs: SUBRESOURCE_VERBS,
         });
     }
@@ -176,7 +176,7 @@ fn resources_of<'r>(registry: &'r Registry, group: &str, version: &str) -> Vec<&
         .map(AsRef::as_ref)
         .filter(|r| r.group == group && r.version == version)
         .collect();
-    defs.sort_by_key(|r| r.plural);
+    defs.sort_by(|a, b| a.plural.cmp(&b.plural));
     defs
 }
 
@@ -191,7 +191,10 @@ fn aggregated_resource(def: &ResourceDef) -> Value {
     };
     let mut entry = Map::new();
     entry.insert("resource".into(), json!(def.plural));
-    entry.insert("responseKind".into(), own_kind(def.group, def.version, def.kind));
+    entry.insert(
+        "responseKind".into(),
+        own_kind(&def.group, &def.version, &def.kind),
+    );
     entry.insert(
         "scope".into(),
         json!(if def.namespaced { "Namespaced" } else { "Cluster" }),
@@ -236,7 +239,7 @@ fn discovery_list(items: Vec<Value>) -> Value {
 }
 
 /// Versions of one group, in the registry's order (the first is the preferred one).
-fn versions_of(registry: &Registry, group: &str) -> Vec<&'static str> {
+fn versions_of<'r>(registry: &'r Registry, group: &str) -> Vec<&'r str> {
     registry
         .group_versions()
         .into_iter()
@@ -246,8 +249,8 @@ fn versions_of(registry: &Registry, group: &str) -> Vec<&'static str> {
 }
 
 /// Non-core groups in the registry's order.
-fn groups(registry: &Registry) -> Vec<&'static str> {
-    let mut out: Vec<&'static str> = Vec::new();
+fn groups(registry: &Registry) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
     for (group, _) in registry.group_versions() {
         if !group.is_empty() && !out.contains(&group) {
             out.push(group);

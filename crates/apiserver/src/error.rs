@@ -90,8 +90,8 @@ impl ApiError {
         Self::NotFound(subject(
             format!("{} \"{name}\" not found", def.group_resource()),
             name,
-            def.group,
-            def.plural,
+            &def.group,
+            &def.plural,
         ))
     }
 
@@ -120,8 +120,8 @@ impl ApiError {
         Self::AlreadyExists(subject(
             format!("{} \"{name}\" already exists", def.group_resource()),
             name,
-            def.group,
-            def.plural,
+            &def.group,
+            &def.plural,
         ))
     }
 
@@ -133,8 +133,8 @@ impl ApiError {
                 def.group_resource()
             ),
             name,
-            def.group,
-            def.plural,
+            &def.group,
+            &def.plural,
         ))
     }
 
@@ -165,7 +165,7 @@ impl ApiError {
             format!("[{}]", list.join(", "))
         };
         let qualified = if def.group.is_empty() {
-            def.kind.to_owned()
+            def.kind.clone()
         } else {
             format!("{}.{}", def.kind, def.group)
         };
@@ -173,8 +173,8 @@ impl ApiError {
             subject(
                 format!("{qualified} \"{name}\" is invalid: {joined}"),
                 name,
-                def.group,
-                def.kind,
+                &def.group,
+                &def.kind,
             ),
             causes,
         )
@@ -293,7 +293,7 @@ fn details(name: &str, group: &str, kind: &str, causes: &[Cause]) -> Value {
 
 /// A `Status` of success, as a real server answers the immediate deletion of an object.
 pub fn success_status(def: &ResourceDef, name: &str, uid: &str) -> Value {
-    let mut details = details(name, def.group, def.plural, &[]);
+    let mut details = details(name, &def.group, &def.plural, &[]);
     details["uid"] = json!(uid);
     json!({ "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details })
 }

@@ -115,7 +115,7 @@ pub fn apply_propagation_policy(object: &mut Value, policy: Option<&str>) {
 /// even when nothing changes.
 pub async fn run(
     store: Arc<Store>,
-    registry: Registry,
+    registry: crate::registry::SharedRegistry,
     every: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -134,7 +134,8 @@ pub async fn run(
         {
             continue;
         }
-        let (sweep_store, sweep_registry) = (Arc::clone(&store), registry.clone());
+        // The resources served now: custom resources of CRDs created since the last call included.
+        let (sweep_store, sweep_registry) = (Arc::clone(&store), registry.current());
         let sweep = tokio::task::spawn_blocking(move || {
             collect(&sweep_store, &sweep_registry, jiff::Timestamp::now())
         });
@@ -170,16 +171,16 @@ pub fn collect(store: &Store, registry: &Registry, now: jiff::Timestamp) -> Repo
 }
 
 /// The served kinds by apiVersion and kind.
-struct Kinds(HashMap<String, HashMap<&'static str, Arc<ResourceDef>>>);
+struct Kinds(HashMap<String, HashMap<String, Arc<ResourceDef>>>);
 
 impl Kinds {
     fn new(registry: &Registry) -> Self {
-        let mut kinds: HashMap<String, HashMap<&'static str, Arc<ResourceDef>>> = HashMap::new();
+        let mut kinds: HashMap<String, HashMap<String, Arc<ResourceDef>>> = HashMap::new();
         for def in registry.all() {
             kinds
                 .entry(def.api_version())
                 .or_default()
-                .insert(def.kind, Arc::clone(def));
+                .insert(def.kind.clone(), Arc::clone(def));
         }
         Self(kinds)
     }
@@ -252,10 +253,10 @@ fn blocks(reference: &Value) -> bool {
 /// owner missing from the snapshot is therefore checked again in the store before anything is done about it.
 fn snapshot(store: &Store, registry: &Registry) -> Vec<Item> {
     let mut items = Vec::new();
-    for def in registry.all() {
-        let (objects, _) = store.list(&objects::resource_id(def), None);
+    for def in registry.stored() {
+        let (objects, _) = store.list(&objects::resource_id(&def), None);
         items.extend(objects.into_iter().map(|object| Item {
-            def: Arc::clone(def),
+            def: Arc::clone(&def),
             object,
         }));
     }

@@ -1,11 +1,13 @@
 //! The embedded Kubernetes-compatible API server for the subset this project uses.
 //!
 //! It serves the four machine kinds and the core, coordination, storage, policy and events resources the
-//! controllers and kubectl need, following the Kubernetes API conventions for that subset. It is the embedded
+//! controllers and kubectl need, and the custom resources of the CustomResourceDefinitions it is given, following the Kubernetes API conventions for that subset. It is the embedded
 //! default under `mcm up` and the ground of every integration and end-to-end test. See docs/apiserver.md.
 
 pub mod auth;
+pub mod crd;
 pub mod csr;
+pub mod defaults;
 pub mod discovery;
 pub mod disruption;
 pub mod error;

@@ -108,9 +108,25 @@ pub fn decode_continue(token: &str) -> Result<String, ApiError> {
     value["start"].as_str().map(str::to_owned).ok_or_else(invalid)
 }
 
-/// The `autoscaling/v1` Scale of an object with a scale subresource.
-pub fn scale_of(object: &Value) -> Value {
+/// The value at a dot-separated path (`spec.replicas`), if any.
+fn value_at<'v>(object: &'v Value, path: &str) -> Option<&'v Value> {
+    path.split('.').try_fold(object, |current, key| current.get(key))
+}
+
+/// The `autoscaling/v1` Scale of an object with a scale subresource, read at the resource's scale paths.
+pub fn scale_of(def: &ResourceDef, object: &Value) -> Value {
     let meta = &object["metadata"];
+    let paths = &def.scale_paths;
+    let replicas = |path: &str| value_at(object, path).and_then(Value::as_i64).unwrap_or(0);
+    let mut status = json!({ "replicas": replicas(&paths.status_replicas) });
+    if let Some(selector) = paths
+        .label_selector
+        .as_deref()
+        .and_then(|path| value_at(object, path))
+        .and_then(Value::as_str)
+    {
+        status["selector"] = json!(selector);
+    }
     json!({
         "kind": "Scale",
         "apiVersion": "autoscaling/v1",
@@ -121,8 +137,8 @@ pub fn scale_of(object: &Value) -> Value {
             "resourceVersion": meta["resourceVersion"],
             "creationTimestamp": meta["creationTimestamp"],
         },
-        "spec": { "replicas": object["spec"]["replicas"].as_i64().unwrap_or(0) },
-        "status": { "replicas": object["status"]["replicas"].as_i64().unwrap_or(0) },
+        "spec": { "replicas": replicas(&paths.spec_replicas) },
+        "status": status,
     })
 }
 
@@ -203,7 +219,17 @@ fn place_in_namespace(ctx: &Context, object: &mut Value) -> Result<(), ApiError>
 
 /// Checks the object against its schema: unknown fields by `fieldValidation`, type errors as 422.
 fn validate_fields(ctx: &Context, object: &mut Value, warnings: &mut Vec<String>) -> Result<(), ApiError> {
-    let report = schema_check::check(ctx.def.schema(), object);
+    if ctx.def.has_defaults {
+        crate::defaults::apply(ctx.def.schema(), object);
+    }
+    let is_crd = crate::crd::is_crd(&ctx.def);
+    if is_crd {
+        crate::crd::set_defaults(object);
+    }
+    let mut report = schema_check::check(ctx.def.schema(), object);
+    if is_crd && report.causes.is_empty() {
+        report.causes = crate::crd::validate(object);
+    }
     if !report.unknown.is_empty() {
         let list: Vec<String> = report
             .unknown
@@ -352,14 +378,15 @@ pub fn create(store: &Store, ctx: &Context, mut object: Value) -> Result<Outcome
     if ctx.def.generation {
         meta.insert("generation".into(), json!(1));
     }
-    object["apiVersion"] = json!(ctx.def.api_version());
+    object["apiVersion"] = json!(ctx.def.storage_api_version());
     object["kind"] = json!(ctx.def.kind);
-    match ctx.def.kind {
+    match ctx.def.kind.as_str() {
         "Pod" => object["status"] = json!({ "phase": "Pending" }),
         "Namespace" => {
             object["spec"] = json!({ "finalizers": ["kubernetes"] });
             object["status"] = json!({ "phase": "Active" });
         }
+        _ if crate::crd::is_crd(&ctx.def) => object["status"] = crate::crd::status(&object, ctx.now),
         _ if ctx.def.custom && ctx.def.status_subresource => {
             // The status of a custom resource with a status subresource is ignored on create.
             if let Some(o) = object.as_object_mut() {
@@ -447,7 +474,7 @@ fn copy_status(from: &Value, to: &mut Value) {
 /// Copies the fields only the server sets from the stored object, and the status when it is a subresource and
 /// this is a write to the main resource.
 fn keep_server_fields(def: &ResourceDef, current: &Value, object: &mut Value, keep_status: bool) {
-    object["apiVersion"] = json!(def.api_version());
+    object["apiVersion"] = json!(def.storage_api_version());
     object["kind"] = json!(def.kind);
     let current_meta = &current["metadata"];
     let meta = meta_mut(object);
@@ -614,13 +641,18 @@ fn replicas_from_scale(ctx: &Context, name: &str, scale: &Value) -> Result<i64, 
     }
 }
 
-fn with_replicas(current: &Value, replicas: i64) -> Value {
+/// The object with `replicas` at the resource's spec replicas path (objects on the way created as needed).
+fn with_replicas(def: &ResourceDef, current: &Value, replicas: i64) -> Value {
     let mut next = current.clone();
     meta_mut(&mut next).remove("resourceVersion");
-    if !next.get("spec").is_some_and(Value::is_object) {
-        next["spec"] = json!({});
+    let mut slot = &mut next;
+    for key in def.scale_paths.spec_replicas.split('.') {
+        if !slot.is_object() {
+            *slot = json!({});
+        }
+        slot = &mut slot[key];
     }
-    next["spec"]["replicas"] = json!(replicas);
+    *slot = json!(replicas);
     next
 }
 
@@ -631,7 +663,7 @@ pub fn update_scale(store: &Store, ctx: &Context, name: &str, scale: &Value) -> 
     let (stored, _) = store.mutate(&resource_id(&ctx.def), &ctx.namespace, name, |current| {
         let current = current.ok_or_else(|| ApiError::not_found(&ctx.def, name))?;
         check_resource_version(ctx, current, requested_rv.as_deref())?;
-        decide(ctx, current, with_replicas(current, replicas))
+        decide(ctx, current, with_replicas(&ctx.def, current, replicas))
     })?;
     Ok(outcome(stored, Vec::new()))
 }
@@ -651,8 +683,8 @@ fn apply_patch(
             crate::error::Subject {
                 message,
                 name: name_of(target).to_owned(),
-                group: ctx.def.group.to_owned(),
-                kind: ctx.def.kind.to_owned(),
+                group: ctx.def.group.clone(),
+                kind: ctx.def.kind.clone(),
             },
             Vec::new(),
         ),
@@ -673,12 +705,12 @@ pub fn patch(
         let current = current.ok_or_else(|| ApiError::not_found(&ctx.def, name))?;
         let next = match subresource {
             Some("scale") => {
-                let scale = apply_patch(ctx, patch_type, "Scale", &scale_of(current), body)?;
+                let scale = apply_patch(ctx, patch_type, "Scale", &scale_of(&ctx.def, current), body)?;
                 check_resource_version(ctx, current, scale["metadata"]["resourceVersion"].as_str())?;
-                with_replicas(current, replicas_from_scale(ctx, name, &scale)?)
+                with_replicas(&ctx.def, current, replicas_from_scale(ctx, name, &scale)?)
             }
             Some(_) => {
-                let mut patched = apply_patch(ctx, patch_type, ctx.def.kind, current, body)?;
+                let mut patched = apply_patch(ctx, patch_type, &ctx.def.kind, current, body)?;
                 check_resource_version(ctx, current, patched["metadata"]["resourceVersion"].as_str())?;
                 validate_fields(ctx, &mut patched, &mut warnings)?;
                 let mut next = (**current).clone();
@@ -687,7 +719,7 @@ pub fn patch(
                 next
             }
             None => {
-                let mut patched = apply_patch(ctx, patch_type, ctx.def.kind, current, body)?;
+                let mut patched = apply_patch(ctx, patch_type, &ctx.def.kind, current, body)?;
                 check_resource_version(ctx, current, patched["metadata"]["resourceVersion"].as_str())?;
                 validate_fields(ctx, &mut patched, &mut warnings)?;
                 fold_string_data(ctx, &mut patched);
@@ -817,6 +849,10 @@ pub fn delete(
         {
             return Ok(graceful);
         }
+        if crate::crd::is_crd(&ctx.def) && !is_deleting(current) {
+            // Its objects are deleted before it goes (crate::crd::sync).
+            crate::crd::add_cleanup_finalizer(&mut next);
+        }
         if finalizers(&next).is_empty() {
             return Ok(Mutation::Delete(next));
         }
@@ -848,7 +884,7 @@ pub fn finalize_namespaces(store: &Store, registry: &Registry, now: jiff::Timest
     let (namespaces, _) = store.list("/namespaces", None);
     for namespace in namespaces.iter().filter(|ns| is_deleting(ns)) {
         let ns_name = name_of(namespace).to_owned();
-        for def in registry.all().iter().filter(|d| d.namespaced) {
+        for def in registry.stored().iter().filter(|d| d.namespaced) {
             let ctx = Context {
                 def: Arc::clone(def),
                 namespace: ns_name.clone(),

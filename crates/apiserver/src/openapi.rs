@@ -6,12 +6,15 @@
 //! content types means "use strategic merge patch" (built-ins only; custom resources get merge patch). Documents are
 //! built once from the [`Registry`] and named by a content hash, which kubectl caches as immutable.
 
-use std::collections::BTreeMap;
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+};
 
 use serde_json::{Map, Value, json};
 
 use crate::discovery::{Subresource, subresources};
-use crate::registry::{Registry, ResourceDef};
+use crate::registry::{Registry, ResourceDef, SharedRegistry};
 
 /// Kubernetes version written in `info.version`, the one the served API subset follows.
 const INFO_VERSION: &str = "v1.32.0";
@@ -95,6 +98,39 @@ impl OpenApi {
     pub fn document_json(&self, gv_path: &str) -> Option<(&str, &[u8])> {
         let doc = self.documents.get(gv_path.trim_start_matches('/'))?;
         Some((&doc.hash, &doc.bytes))
+    }
+}
+
+/// The OpenAPI documents of the resources served now: built again when a CustomResourceDefinition changes what is
+/// served, at the next request.
+#[derive(Debug)]
+pub struct LiveOpenApi {
+    registry: SharedRegistry,
+    built: Mutex<(u64, Arc<OpenApi>)>,
+}
+
+impl LiveOpenApi {
+    /// The documents of `registry`, built now for what it serves now.
+    pub fn new(registry: SharedRegistry) -> Self {
+        let generation = registry.generation();
+        let documents = Arc::new(OpenApi::build(&registry.current()));
+        Self {
+            registry,
+            built: Mutex::new((generation, documents)),
+        }
+    }
+
+    /// The documents of what is served now.
+    pub fn current(&self) -> Arc<OpenApi> {
+        let generation = self.registry.generation();
+        let mut built = self
+            .built
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if built.0 != generation {
+            *built = (generation, Arc::new(OpenApi::build(&self.registry.current())));
+        }
+        Arc::clone(&built.1)
     }
 }
 
@@ -459,14 +495,14 @@ impl OpTarget<'_> {
 
 /// The path items of one resource: collections, the item, and its subresources.
 fn resource_paths(def: &ResourceDef, paths: &mut Map<String, Value>) {
-    let own = schema_name(def.group, def.version, def.kind, def.custom);
+    let own = schema_name(&def.group, &def.version, &def.kind, def.custom);
     let schema = schema_ref(&own);
     let list_schema = schema_ref(&format!("{own}List"));
     let id = |verb: &str, middle: &str, suffix: &str| {
         format!(
             "{verb}{}{}{middle}{}{}{suffix}",
-            group_id(def.group, def.custom),
-            capitalize(def.version),
+            group_id(&def.group, def.custom),
+            capitalize(&def.version),
             if def.namespaced { "Namespaced" } else { "" },
             def.kind
         )
@@ -475,7 +511,7 @@ fn resource_paths(def: &ResourceDef, paths: &mut Map<String, Value>) {
         "namespace",
         "object name and auth scope, such as for teams and projects",
     );
-    let name = path_param("name", &format!("name of the {}", def.kind));
+    let name = path_param("name", &format!("name of the {}", &def.kind));
     let scope_params = if def.namespaced {
         vec![namespace]
     } else {
@@ -483,7 +519,7 @@ fn resource_paths(def: &ResourceDef, paths: &mut Map<String, Value>) {
     };
     let target = OpTarget {
         def,
-        gvk: (def.group, def.version, def.kind),
+        gvk: (&def.group, &def.version, &def.kind),
         schema: schema.clone(),
         path_params: scope_params.clone(),
     };
@@ -505,8 +541,8 @@ fn resource_paths(def: &ResourceDef, paths: &mut Map<String, Value>) {
         };
         let all_id = format!(
             "list{}{}{}ForAllNamespaces",
-            group_id(def.group, def.custom),
-            capitalize(def.version),
+            group_id(&def.group, def.custom),
+            capitalize(&def.version),
             def.kind
         );
         paths.insert(
@@ -519,7 +555,7 @@ fn resource_paths(def: &ResourceDef, paths: &mut Map<String, Value>) {
     item_params.insert(0, name);
     let item = OpTarget {
         def,
-        gvk: (def.group, def.version, def.kind),
+        gvk: (&def.group, &def.version, &def.kind),
         schema,
         path_params: item_params,
     };
@@ -558,9 +594,9 @@ fn resource_paths(def: &ResourceDef, paths: &mut Map<String, Value>) {
     }
 }
 
-fn subresource_schema_name(def: &ResourceDef, sub: &Subresource) -> String {
+fn subresource_schema_name(def: &ResourceDef, sub: &Subresource<'_>) -> String {
     if sub.group == def.group && sub.version == def.version && sub.kind == def.kind {
-        schema_name(def.group, def.version, def.kind, def.custom)
+        schema_name(&def.group, &def.version, &def.kind, def.custom)
     } else {
         schema_name(sub.group, sub.version, sub.kind, false)
     }
@@ -581,7 +617,7 @@ fn with_gvk(schema: &Value, group: &str, version: &str, kind: &str) -> Value {
 
 fn list_schema(def: &ResourceDef, item_schema: &str) -> Value {
     json!({
-        "description": format!("{} is a list of {}.", def.list_kind(), def.kind),
+        "description": format!("{} is a list of {}.", def.list_kind(), &def.kind),
         "type": "object",
         "required": ["items"],
         "properties": {
@@ -604,7 +640,7 @@ fn list_schema(def: &ResourceDef, item_schema: &str) -> Value {
                 }
             }
         },
-        "x-kubernetes-group-version-kind": [gvk(def.group, def.version, &def.list_kind())]
+        "x-kubernetes-group-version-kind": [gvk(&def.group, &def.version, &def.list_kind())]
     })
 }
 
@@ -641,9 +677,9 @@ fn group_version_document(defs: &[&ResourceDef]) -> Value {
     meta_schemas(&mut schemas);
     for def in defs {
         resource_paths(def, &mut paths);
-        let own = schema_name(def.group, def.version, def.kind, def.custom);
+        let own = schema_name(&def.group, &def.version, &def.kind, def.custom);
         schemas.insert(format!("{own}List"), list_schema(def, &own));
-        schemas.insert(own, with_gvk(def.schema(), def.group, def.version, def.kind));
+        schemas.insert(own, with_gvk(def.schema(), &def.group, &def.version, &def.kind));
         for sub in subresources(def) {
             let name = subresource_schema_name(def, &sub);
             if !schemas.contains_key(&name) {

@@ -14,8 +14,8 @@ use crate::{
     auth, csr, discovery,
     error::{ApiError, success_status},
     objects::{self, FieldValidation, Outcome},
-    openapi::OpenApi,
-    registry::{Registry, ResourceDef},
+    openapi::LiveOpenApi,
+    registry::{Registry, ResourceDef, SharedRegistry},
     selectors::{FieldSelector, LabelSelector},
     store::Store,
     table, watch,
@@ -30,12 +30,12 @@ pub use crate::auth::{AdminToken, Authenticator, User};
 /// Everything a request needs.
 #[derive(Clone)]
 pub struct AppState {
-    /// The served resources.
-    pub registry: Registry,
+    /// The served resources (built-ins and those of CustomResourceDefinitions).
+    pub registry: SharedRegistry,
     /// The objects.
     pub store: Arc<Store>,
     /// The OpenAPI documents.
-    pub openapi: Arc<OpenApi>,
+    pub openapi: Arc<LiveOpenApi>,
     /// Token checks.
     pub auth: Arc<dyn Authenticator>,
     /// The CA, which signs approved node CertificateSigningRequests.
@@ -285,7 +285,9 @@ async fn serve(
     body: Body,
 ) -> Result<Response<Body>, ApiError> {
     let path = parts.uri.path();
-    let target = route(&state.registry, path);
+    // One snapshot of the served resources for the whole request.
+    let registry = state.registry.current();
+    let target = route(&registry, path);
     // Health and version are open, as on a real server; everything else needs a valid token or certificate.
     let user = if matches!(target, Ok(Target::Version | Target::Health)) {
         None
@@ -303,25 +305,23 @@ async fn serve(
         )),
         Target::CoreRoot => Ok(discovery_response(
             &parts.headers,
-            || discovery::aggregated_core(&state.registry),
+            || discovery::aggregated_core(&registry),
             || discovery::api_versions(&state.server_address),
         )),
         Target::GroupsRoot => Ok(discovery_response(
             &parts.headers,
-            || discovery::aggregated_groups(&state.registry),
-            || discovery::api_group_list(&state.registry),
+            || discovery::aggregated_groups(&registry),
+            || discovery::api_group_list(&registry),
         )),
-        Target::Group(group) => discovery::api_group(&state.registry, &group)
+        Target::Group(group) => discovery::api_group(&registry, &group)
             .map(|v| respond_value(StatusCode::OK, &v, Format::Json, &[]))
             .ok_or_else(|| ApiError::path_not_found(path)),
-        Target::GroupVersion(group, version) => {
-            discovery::api_resource_list(&state.registry, &group, &version)
-                .map(|v| respond_value(StatusCode::OK, &v, Format::Json, &[]))
-                .ok_or_else(|| ApiError::path_not_found(path))
-        }
+        Target::GroupVersion(group, version) => discovery::api_resource_list(&registry, &group, &version)
+            .map(|v| respond_value(StatusCode::OK, &v, Format::Json, &[]))
+            .ok_or_else(|| ApiError::path_not_found(path)),
         Target::OpenApiV3Root => Ok(respond_value(
             StatusCode::OK,
-            state.openapi.root(),
+            state.openapi.current().root(),
             Format::Json,
             &[],
         )),
@@ -372,7 +372,13 @@ async fn serve(
                 query,
                 headers: &parts.headers,
             };
-            request.serve(&parts.method, body).await
+            let is_crd = crate::crd::is_crd(&request.def);
+            let response = request.serve(&parts.method, body).await;
+            if is_crd && parts.method != Method::GET {
+                // What a CRD defines is served (or not) by the time the write is answered.
+                crate::crd::sync(&state.store, &state.registry, jiff::Timestamp::now());
+            }
+            response
         }
     }
 }
@@ -441,8 +447,8 @@ fn openapi_document(
     query: &Query,
     headers: &HeaderMap,
 ) -> Result<Response<Body>, ApiError> {
-    let (hash, document) = state
-        .openapi
+    let openapi = state.openapi.current();
+    let (hash, document) = openapi
         .document(gv)
         .ok_or_else(|| ApiError::path_not_found(&format!("/openapi/v3/{gv}")))?;
     let etag = format!("\"{hash}\"");
@@ -666,7 +672,7 @@ impl ResourceRequest<'_> {
             .map_err(|err| ApiError::BadRequest(format!("invalid field selector: {err}")))?;
         for field in fields.fields() {
             let allowed = matches!(field, "metadata.name" | "metadata.namespace")
-                || self.def.selectable_fields.contains(&field);
+                || self.def.selectable_fields.iter().any(|f| f == field);
             if !allowed {
                 return Err(ApiError::BadRequest(format!(
                     "field label not supported: {field} (for {})",
@@ -683,11 +689,12 @@ impl ResourceRequest<'_> {
             .store
             .get(&objects::resource_id(&self.def), self.namespace(), name)
             .ok_or_else(|| ApiError::not_found(&self.def, name))?;
+        let object = self.def.present(&object);
         if self.sub.as_deref() == Some("scale") {
             let format = negotiate(self.headers, false)?;
             return Ok(respond_value(
                 StatusCode::OK,
-                &objects::scale_of(&object),
+                &objects::scale_of(&self.def, &object),
                 format,
                 &[],
             ));
@@ -749,6 +756,7 @@ impl ResourceRequest<'_> {
             metadata["continue"] = json!(objects::encode_continue(rv, &key));
             metadata["remainingItemCount"] = json!(remaining);
         }
+        let page: Vec<std::borrow::Cow<'_, Value>> = page.iter().map(|v| self.def.present(v)).collect();
         if let Format::Table(version) = format {
             let refs: Vec<&Value> = page.iter().map(|v| &**v).collect();
             let table = table::table(&self.def, &refs, true, metadata, jiff::Timestamp::now(), version);
@@ -815,7 +823,12 @@ impl ResourceRequest<'_> {
             csr::prepare_create(&self.state.pki, &self.user, &self.def, &mut object, ctx.now)?;
         }
         let Outcome { object, warnings, .. } = objects::create(&self.state.store, &ctx, object)?;
-        Ok(respond_value(StatusCode::CREATED, &object, format, &warnings))
+        Ok(respond_value(
+            StatusCode::CREATED,
+            &self.def.present(&object),
+            format,
+            &warnings,
+        ))
     }
 
     fn update(&self, name: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {
@@ -861,9 +874,9 @@ impl ResourceRequest<'_> {
 
     fn write_response(&self, outcome: &Outcome, format: Format) -> Response<Body> {
         let body = if self.sub.as_deref() == Some("scale") {
-            objects::scale_of(&outcome.object)
+            objects::scale_of(&self.def, &outcome.object)
         } else {
-            outcome.object.clone()
+            self.def.present(&outcome.object).into_owned()
         };
         respond_value(StatusCode::OK, &body, format, &outcome.warnings)
     }
@@ -896,7 +909,12 @@ impl ResourceRequest<'_> {
                     &[],
                 ))
             }
-            objects::Deleted::Marked(object) => Ok(respond_value(StatusCode::OK, &object, format, &[])),
+            objects::Deleted::Marked(object) => Ok(respond_value(
+                StatusCode::OK,
+                &self.def.present(&object),
+                format,
+                &[],
+            )),
         }
     }
 
@@ -919,7 +937,9 @@ impl ResourceRequest<'_> {
                 .unwrap_or_default()
                 .clone_into(&mut item_ctx.namespace);
             match objects::delete(&self.state.store, &item_ctx, &name, &options) {
-                Ok(objects::Deleted::Gone(last) | objects::Deleted::Marked(last)) => deleted.push(last),
+                Ok(objects::Deleted::Gone(last) | objects::Deleted::Marked(last)) => {
+                    deleted.push(self.def.present(&last).into_owned());
+                }
                 Err(ApiError::NotFound(_)) => {}
                 Err(err) => return Err(err),
             }

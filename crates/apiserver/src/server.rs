@@ -18,9 +18,9 @@ use tokio::{net::TcpListener, sync::watch, task::JoinSet};
 
 use crate::{
     auth, objects,
-    openapi::OpenApi,
+    openapi::LiveOpenApi,
     pki::{self, Pki},
-    registry::Registry,
+    registry::{Registry, SharedRegistry},
     rest::{self, AdminToken, AppState},
     store::Store,
 };
@@ -151,9 +151,11 @@ impl ApiServer {
             (!config.in_memory).then(|| dir.join("store.redb")).as_deref(),
             config.watch_window,
         )?);
-        let registry = Registry::new();
-        objects::ensure_default_namespaces(&store, &registry)
+        let registry = SharedRegistry::new(Registry::new());
+        objects::ensure_default_namespaces(&store, registry.builtins())
             .map_err(|e| ServerError::Init(e.to_string()))?;
+        // The custom resources of the stored CRDs are served from the first request on.
+        crate::crd::sync(&store, &registry, jiff::Timestamp::now());
 
         let port = if config.port == 0 {
             remembered_port(dir).unwrap_or(0)
@@ -187,7 +189,7 @@ impl ApiServer {
         hooks.set_watch_delay(config.watch_delay);
         hooks.set_failure(config.failure.clone());
         let state = AppState {
-            openapi: Arc::new(OpenApi::build(&registry)),
+            openapi: Arc::new(LiveOpenApi::new(registry.clone())),
             registry: registry.clone(),
             store: Arc::clone(&store),
             auth: Arc::new(authenticators(token, token_file, &store)),
@@ -200,25 +202,8 @@ impl ApiServer {
         };
         let tls = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config()?));
         let mut tasks = JoinSet::new();
-        tasks.spawn(control_loops(
-            Arc::clone(&store),
-            config.node_monitor_period,
-            config.node_monitor_grace_period,
-            shutdown_rx.clone(),
-        ));
         tasks.spawn(accept_loop(listener, tls, state, shutdown_rx.clone()));
-        tasks.spawn(crate::gc::run(
-            Arc::clone(&store),
-            registry.clone(),
-            config.gc_interval,
-            shutdown_rx.clone(),
-        ));
-        tasks.spawn(sweep_namespaces(
-            Arc::clone(&store),
-            registry,
-            config.namespace_sweep_interval,
-            shutdown_rx,
-        ));
+        spawn_controllers(&mut tasks, &store, &registry, &config, &shutdown_rx);
         tracing::info!(url = %url, kubeconfig = %kubeconfig.display(), "API server listening");
         Ok(Self {
             hooks,
@@ -262,6 +247,39 @@ impl ApiServer {
         while self.tasks.join_next().await.is_some() {}
         tracing::info!(url = %self.url, "API server stopped");
     }
+}
+
+/// The background duties: what kube-controller-manager and the apiextensions controllers would do.
+fn spawn_controllers(
+    tasks: &mut JoinSet<()>,
+    store: &Arc<Store>,
+    registry: &SharedRegistry,
+    config: &Config,
+    shutdown: &watch::Receiver<bool>,
+) {
+    tasks.spawn(control_loops(
+        Arc::clone(store),
+        config.node_monitor_period,
+        config.node_monitor_grace_period,
+        shutdown.clone(),
+    ));
+    tasks.spawn(crate::gc::run(
+        Arc::clone(store),
+        registry.clone(),
+        config.gc_interval,
+        shutdown.clone(),
+    ));
+    tasks.spawn(crate::crd::run(
+        Arc::clone(store),
+        registry.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(sweep_namespaces(
+        Arc::clone(store),
+        registry.clone(),
+        config.namespace_sweep_interval,
+        shutdown.clone(),
+    ));
 }
 
 /// The static token file of the configuration, if any (read once; its tokens are never logged).
@@ -370,14 +388,14 @@ async fn control_loops(
 
 async fn sweep_namespaces(
     store: Arc<Store>,
-    registry: Registry,
+    registry: SharedRegistry,
     every: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut ticker = tokio::time::interval(every);
     loop {
         tokio::select! {
-            _ = ticker.tick() => objects::finalize_namespaces(&store, &registry, jiff::Timestamp::now()),
+            _ = ticker.tick() => objects::finalize_namespaces(&store, &registry.current(), jiff::Timestamp::now()),
             _ = shutdown.changed() => return,
         }
     }

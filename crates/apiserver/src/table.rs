@@ -219,7 +219,7 @@ impl<'a> Printer<'a> {
         if def.custom {
             return Printer::Custom(def);
         }
-        match (def.group, def.kind) {
+        match (def.group.as_str(), def.kind.as_str()) {
             ("", "Node") => Printer::Builtin(NODE_COLUMNS, node_row),
             ("", "Pod") => Printer::Builtin(POD_COLUMNS, pod_row),
             ("", "Namespace") => Printer::Builtin(NAMESPACE_COLUMNS, namespace_row),

@@ -79,6 +79,13 @@ struct Encoder {
 
 impl Encoder {
     fn frame(&mut self, event_type: &str, object: &Value) -> Bytes {
+        let presented;
+        let object = if event_type == "BOOKMARK" || event_type == "ERROR" {
+            object
+        } else {
+            presented = self.def.present(object);
+            &*presented
+        };
         let object = match self.format {
             Format::Table(version) if event_type != "BOOKMARK" && event_type != "ERROR" => {
                 let meta = json!({ "resourceVersion": object["metadata"]["resourceVersion"] });
