@@ -3,9 +3,9 @@
 //! Every change of any of its machines asks for a pass of the deployment; kube-runtime merges the requests that
 //! arrive while a pass runs, so under churn the passes of a deployment of N machines run back to back, each O(N):
 //! the controller spends a whole core re-deciding what one more pass would decide alike (docs/benchmarks.md).
-//! MachineSet passes are not spaced: holding them widened a window in which a rolling update had more live machines
-//! than `replicas + maxSurge` (`machineset_controller::a_rolling_update_keeps_within_surge_and_unavailability` caught
-//! it); the owner index ([`crate::owners`]) keeps a set's pass O(its own machines) instead.
+//! MachineSet passes are not spaced: a set's status is what its deployment reads for availability, and the sooner it
+//! is written the better (holding set passes once exposed a deployment trusting a stale set status, fixed since,
+//! docs/benchmarks.md); the owner index ([`crate::owners`]) keeps a set's pass O(its own machines).
 //! A pass may therefore start only once `factor` times its predecessor's duration has gone by since that one ended,
 //! and never later than `max_wait` after it: a pass of a small set (microseconds) is never held, a pass of 5000
 //! machines at most takes a quarter of the time, and no request waits longer than `max_wait`. A held request

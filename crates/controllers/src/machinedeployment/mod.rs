@@ -596,9 +596,22 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
             .unwrap_or(i32::MAX)
         })
     };
-    let view = |set: &MachineSet| SetView {
-        live: live(set),
-        ..SetView::of(set)
+    // A set's status lags its machines by as long as its controller takes to write it (a set just created, or a
+    // busy set controller, shows 0): the machines the cache holds count too, so that the surge is reckoned with every
+    // machine that exists (a rolling update once had 4 old machines and 3 new ones with maxSurge 1 because the old
+    // set's status still said 0).
+    let cached = |set: &MachineSet| {
+        machines_by_set
+            .get(&set.name_any())
+            .map_or(0, |machines| i32::try_from(machines.len()).unwrap_or(i32::MAX))
+    };
+    let view = |set: &MachineSet| {
+        let of = SetView::of(set);
+        SetView {
+            live: live(set),
+            actual: of.actual.max(cached(set)),
+            ..of
+        }
     };
     let new_view = new.map(view);
     let old_sets: Vec<&MachineSet> = owned

@@ -1,0 +1,118 @@
+//! The MachineDeployment controller alone (no set controller): a set whose status its controller has not written yet
+//! (a set just created, or a busy set controller) still counts every machine it has toward `replicas + maxSurge`.
+
+mod support;
+
+use std::time::Duration;
+
+use kube::{
+    Api, ResourceExt,
+    api::{ListParams, Patch, PatchParams, PostParams},
+};
+use mcm_api::{Machine, MachineDeployment, MachineSet};
+use mcm_apiserver::{ApiServer, Config as ServerConfig};
+use mcm_controllers::machinedeployment;
+use serde_json::json;
+use support::{NAMESPACE, wait_for, watch_window};
+use tokio::sync::watch;
+
+/// The sets of the deployment, oldest first.
+async fn sets(api: &Api<MachineSet>) -> Vec<MachineSet> {
+    let mut sets = api.list(&ListParams::default()).await.unwrap().items;
+    sets.sort_by_key(|s| s.metadata.creation_timestamp.clone().map(|t| t.0));
+    sets
+}
+
+/// maxSurge bounds the machines that exist, not only the sets' `spec.replicas`: with 4 machines of the old set in the
+/// cache and its status still at 0, the new set may have 1 replica (4 + 1 = replicas + maxSurge) and no more, even
+/// once the old set is scaled down to 3 and before its controller deleted the fourth machine. (Before the fix the
+/// deployment trusted the status: it grew the new set to 2, and with a set controller slow to write its status a
+/// rolling update had 7 live machines for replicas 4 and maxSurge 1.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_whose_status_lags_counts_its_cached_machines_toward_the_surge() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = ServerConfig::new(dir.path());
+    config.in_memory = true;
+    let server = ApiServer::start(config).await.unwrap();
+    let client = support::client_for(&server).await;
+    let (stop, mut rx) = watch::channel(false);
+    let controller = tokio::spawn(machinedeployment::run(
+        client.clone(),
+        None,
+        machinedeployment::Config::new(NAMESPACE),
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        },
+    ));
+    let deployments: Api<MachineDeployment> = Api::namespaced(client.clone(), NAMESPACE);
+    let set_api: Api<MachineSet> = Api::namespaced(client.clone(), NAMESPACE);
+    let machines: Api<Machine> = Api::namespaced(client.clone(), NAMESPACE);
+    let deployment: MachineDeployment = serde_json::from_value(json!({
+        "metadata": { "name": "pool" },
+        "spec": {
+            "replicas": 4,
+            "selector": { "matchLabels": { "pool": "stale" } },
+            "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 1 } },
+            "template": {
+                "metadata": { "labels": { "pool": "stale" } },
+                "spec": { "class": { "kind": "MachineClass", "name": "small" } }
+            }
+        }
+    }))
+    .unwrap();
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    let old = wait_for("the first set at 4 replicas", async || {
+        sets(&set_api).await.into_iter().find(|s| s.spec.replicas == 4)
+    })
+    .await;
+
+    // The old set's machines, as its controller would have made them; the set's status is never written.
+    for i in 0..4 {
+        let machine: Machine = serde_json::from_value(json!({
+            "metadata": {
+                "name": format!("old-{i}"),
+                "labels": old.spec.template.metadata.as_ref().and_then(|m| m.labels.clone()),
+                "ownerReferences": [{
+                    "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineSet",
+                    "name": old.name_any(), "uid": old.uid().unwrap(),
+                    "controller": true, "blockOwnerDeletion": true
+                }]
+            },
+            "spec": { "class": { "kind": "MachineClass", "name": "small" } }
+        }))
+        .unwrap();
+        machines.create(&PostParams::default(), &machine).await.unwrap();
+    }
+    deployments
+        .patch(
+            "pool",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "template": { "spec": { "class": { "name": "medium" } } } } })),
+        )
+        .await
+        .unwrap();
+
+    // The status of the old set says nothing is available: the rollout scales it down by maxUnavailable (4 → 3)...
+    let new = wait_for("a new set, and the old one scaled to 3", async || {
+        let sets = sets(&set_api).await;
+        let old = sets.iter().find(|s| s.uid() == old.uid())?;
+        let new = sets.iter().find(|s| s.uid() != old.uid())?;
+        (old.spec.replicas == 3).then(|| new.clone())
+    })
+    .await;
+    assert_eq!(new.spec.replicas, 1, "4 old machines + 1 = replicas + maxSurge");
+    // ... and, while the old set's 4 machines exist, the new set stays at 1.
+    let grown = watch_window(Duration::from_secs(2), async || {
+        let now = set_api.get(&new.name_any()).await.unwrap();
+        (now.spec.replicas > 1).then_some(now.spec.replicas)
+    })
+    .await;
+    assert_eq!(grown, None, "the new set grew while 4 old machines exist");
+
+    let _ = stop.send(true);
+    let _ = tokio::time::timeout(support::DEADLINE, controller).await;
+    server.shutdown().await;
+}
