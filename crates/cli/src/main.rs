@@ -30,8 +30,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Print the CustomResourceDefinitions of the four kinds (MachineClass, Machine, MachineSet,
-    /// MachineDeployment) as YAML, ready for `kubectl apply -f -`.
-    Crds,
+    /// MachineDeployment) and of the Cluster API provider's two (MCMMachine, MCMMachineTemplate) as YAML, ready for
+    /// `kubectl apply -f -`.
+    Crds(CrdsArgs),
     /// Run the embedded Kubernetes-compatible API server alone (for provider authors and tests). It writes
     /// DATA_DIR/kubeconfig (mode 0600) for kubectl, keeps its state in DATA_DIR, and runs until SIGINT or SIGTERM.
     Apiserver(ApiserverArgs),
@@ -59,6 +60,14 @@ enum Command {
     /// against a fresh embedded API server (or --kubeconfig). Prints one JSON report: per phase the time, the
     /// controllers' requests and writes, their CPU and peak memory, and the time against the server's write ceiling.
     Bench(bench::BenchArgs),
+}
+
+#[derive(Debug, Args)]
+struct CrdsArgs {
+    /// Also print the ClusterRole (label `cluster.x-k8s.io/aggregate-to-manager: "true"`) that gives the Cluster
+    /// API manager full access to MCMMachines and MCMMachineTemplates.
+    #[arg(long)]
+    capi_rbac: bool,
 }
 
 #[derive(Debug, Args)]
@@ -149,9 +158,15 @@ fn init_logging(format: &str, verbosity: u8) {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crds => {
-            let crds = mcm_api::crd::all().context("generating the CRDs")?;
-            let yaml = mcm_api::crd::to_yaml(&crds).context("writing the CRDs as YAML")?;
+        Command::Crds(args) => {
+            let mut crds = mcm_api::crd::all().context("generating the CRDs")?;
+            crds.extend(mcm_capi::crd::all().context("generating the Cluster API CRDs")?);
+            let mut yaml = mcm_api::crd::to_yaml(&crds).context("writing the CRDs as YAML")?;
+            if args.capi_rbac {
+                yaml.push_str(
+                    &mcm_capi::crd::manager_cluster_role_yaml().context("writing the ClusterRole as YAML")?,
+                );
+            }
             std::io::stdout()
                 .lock()
                 .write_all(yaml.as_bytes())
