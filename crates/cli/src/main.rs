@@ -6,6 +6,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 mod bench;
+mod capi;
 mod client;
 mod node_agent;
 mod provider;
@@ -42,6 +43,9 @@ enum Command {
     /// Providers out of process: `mcm provider sim serve` serves the sim provider over gRPC; `mcm provider test`
     /// runs the conformance suite against any provider.
     Provider(provider::ProviderArgs),
+    /// The Cluster API infrastructure-machine provider: `mcm capi run` reconciles MCMMachines
+    /// (infrastructure.machine.sapcloud.io) with the sim provider or any provider over gRPC (docs/cluster-api.md).
+    Capi(capi::CapiArgs),
     /// The agent a machine of the local provider runs at boot: joins the cluster and heartbeats its Node.
     ///
     /// It joins with a bootstrap token (kubelet TLS bootstrapping: a CertificateSigningRequest for its own client
@@ -178,6 +182,11 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(run::run_controllers(*args))?;
         }
         Command::Provider(args) => provider::main(args)?,
+        Command::Capi(args) => {
+            init_logging(&cli.log_format, cli.verbosity);
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(capi::main(args))?;
+        }
         Command::Up(args) => {
             init_logging(&cli.log_format, cli.verbosity);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
