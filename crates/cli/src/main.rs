@@ -6,6 +6,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 mod bench;
+mod capi;
 mod client;
 mod node_agent;
 mod provider;
@@ -30,8 +31,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Print the CustomResourceDefinitions of the four kinds (MachineClass, Machine, MachineSet,
-    /// MachineDeployment) as YAML, ready for `kubectl apply -f -`.
-    Crds,
+    /// MachineDeployment) and of the Cluster API provider's two (MCMMachine, MCMMachineTemplate) as YAML, ready for
+    /// `kubectl apply -f -`.
+    Crds(CrdsArgs),
     /// Run the embedded Kubernetes-compatible API server alone (for provider authors and tests). It writes
     /// DATA_DIR/kubeconfig (mode 0600) for kubectl, keeps its state in DATA_DIR, and runs until SIGINT or SIGTERM.
     Apiserver(ApiserverArgs),
@@ -41,6 +43,9 @@ enum Command {
     /// Providers out of process: `mcm provider sim serve` serves the sim provider over gRPC; `mcm provider test`
     /// runs the conformance suite against any provider.
     Provider(provider::ProviderArgs),
+    /// The Cluster API infrastructure-machine provider: `mcm capi run` reconciles MCMMachines
+    /// (infrastructure.machine.sapcloud.io) with the sim provider or any provider over gRPC (docs/cluster-api.md).
+    Capi(capi::CapiArgs),
     /// The agent a machine of the local provider runs at boot: joins the cluster and heartbeats its Node.
     ///
     /// It joins with a bootstrap token (kubelet TLS bootstrapping: a CertificateSigningRequest for its own client
@@ -59,6 +64,14 @@ enum Command {
     /// against a fresh embedded API server (or --kubeconfig). Prints one JSON report: per phase the time, the
     /// controllers' requests and writes, their CPU and peak memory, and the time against the server's write ceiling.
     Bench(bench::BenchArgs),
+}
+
+#[derive(Debug, Args)]
+struct CrdsArgs {
+    /// Also print the ClusterRole (label `cluster.x-k8s.io/aggregate-to-manager: "true"`) that gives the Cluster
+    /// API manager full access to MCMMachines and MCMMachineTemplates.
+    #[arg(long)]
+    capi_rbac: bool,
 }
 
 #[derive(Debug, Args)]
@@ -149,9 +162,15 @@ fn init_logging(format: &str, verbosity: u8) {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Crds => {
-            let crds = mcm_api::crd::all().context("generating the CRDs")?;
-            let yaml = mcm_api::crd::to_yaml(&crds).context("writing the CRDs as YAML")?;
+        Command::Crds(args) => {
+            let mut crds = mcm_api::crd::all().context("generating the CRDs")?;
+            crds.extend(mcm_capi::crd::all().context("generating the Cluster API CRDs")?);
+            let mut yaml = mcm_api::crd::to_yaml(&crds).context("writing the CRDs as YAML")?;
+            if args.capi_rbac {
+                yaml.push_str(
+                    &mcm_capi::crd::manager_cluster_role_yaml().context("writing the ClusterRole as YAML")?,
+                );
+            }
             std::io::stdout()
                 .lock()
                 .write_all(yaml.as_bytes())
@@ -163,6 +182,11 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(run::run_controllers(*args))?;
         }
         Command::Provider(args) => provider::main(args)?,
+        Command::Capi(args) => {
+            init_logging(&cli.log_format, cli.verbosity);
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(capi::main(args))?;
+        }
         Command::Up(args) => {
             init_logging(&cli.log_format, cli.verbosity);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;

@@ -1,4 +1,5 @@
-//! `mcm crds` prints the four CRDs as YAML that kubectl accepts; bad usage exits non-zero with a message.
+//! `mcm crds` prints the six CRDs (four machine.sapcloud.io, two Cluster API provider kinds) as YAML that kubectl
+//! accepts, `--capi-rbac` adds the aggregated ClusterRole; bad usage exits non-zero with a message.
 
 use std::process::Command;
 
@@ -7,7 +8,7 @@ fn mcm() -> Command {
 }
 
 #[test]
-fn crds_prints_four_custom_resource_definitions() {
+fn crds_prints_six_custom_resource_definitions() {
     let output = mcm().arg("crds").output().expect("mcm runs");
     assert!(
         output.status.success(),
@@ -26,12 +27,29 @@ fn crds_prints_four_custom_resource_definitions() {
             "machines.machine.sapcloud.io",
             "machinesets.machine.sapcloud.io",
             "machinedeployments.machine.sapcloud.io",
+            "mcmmachines.infrastructure.machine.sapcloud.io",
+            "mcmmachinetemplates.infrastructure.machine.sapcloud.io",
         ]
     );
-    assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 4);
+    assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 6);
     assert_eq!(
         yaml.matches("\n---\n").count() + usize::from(yaml.starts_with("---\n")),
-        4
+        6
+    );
+    assert!(!yaml.contains("kind: ClusterRole"));
+}
+
+#[test]
+fn crds_with_capi_rbac_adds_the_aggregated_cluster_role() {
+    let output = mcm().args(["crds", "--capi-rbac"]).output().expect("mcm runs");
+    assert!(output.status.success());
+    let yaml = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(yaml.matches("kind: CustomResourceDefinition").count(), 6);
+    assert!(yaml.contains("kind: ClusterRole"), "{yaml}");
+    assert!(
+        yaml.contains("cluster.x-k8s.io/aggregate-to-manager: 'true'")
+            || yaml.contains("cluster.x-k8s.io/aggregate-to-manager: \"true\""),
+        "{yaml}"
     );
 }
 
