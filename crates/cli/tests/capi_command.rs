@@ -9,7 +9,7 @@ use std::{path::PathBuf, process::Command, time::Duration};
 
 use support::{Background, Server, arg, poll, start_sim_provider};
 
-const DEADLINE: Duration = Duration::from_secs(60);
+const DEADLINE: Duration = Duration::from_mins(1);
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -17,38 +17,9 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-#[test]
-fn mcm_capi_run_provisions_an_mcmmachine_through_a_grpc_provider_and_deletes_its_vm() {
-    let server = Server::start("capi-run");
-    let crds = Command::new(env!("CARGO_BIN_EXE_mcm"))
-        .arg("crds")
-        .output()
-        .expect("mcm crds");
-    assert!(crds.status.success(), "{crds:?}");
-    let crds = server.write("crds.yaml", &String::from_utf8_lossy(&crds.stdout));
-    server.kubectl_ok(&["apply", "-f", arg(&crds)]);
-    for file in ["cluster-crd.yaml", "machine-crd.yaml"] {
-        server.kubectl_ok(&["apply", "-f", arg(&fixture(file))]);
-    }
-    server.kubectl_ok(&[
-        "wait",
-        "--for=condition=Established",
-        "crd",
-        "--all",
-        "--timeout=30s",
-    ]);
-
-    let (provider, endpoint) = start_sim_provider(&server, |_| {});
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
-    command
-        .args(["capi", "run", "--kubeconfig"])
-        .arg(server.kubeconfig())
-        .args(["--provider-endpoint", &endpoint, "--wait-resync", "1s"]);
-    let controller = Background::spawn(command, "mcm capi run".into());
-
-    let objects = server.write(
-        "cluster.yaml",
-        r##"
+/// What a Cluster API user applies: the credentials and bootstrap secrets, a Cluster, the MCMMachine with an inline
+/// sim providerSpec, and the Machine whose infrastructureRef names it.
+const OBJECTS: &str = r##"
 apiVersion: v1
 kind: Secret
 metadata: { name: creds }
@@ -80,8 +51,38 @@ spec:
   clusterName: c1
   bootstrap: { dataSecretName: boot }
   infrastructureRef: { apiGroup: infrastructure.machine.sapcloud.io, kind: MCMMachine, name: m1 }
-"##,
-    );
+"##;
+
+#[test]
+fn mcm_capi_run_provisions_an_mcmmachine_through_a_grpc_provider_and_deletes_its_vm() {
+    let server = Server::start("capi-run");
+    let crds = Command::new(env!("CARGO_BIN_EXE_mcm"))
+        .arg("crds")
+        .output()
+        .expect("mcm crds");
+    assert!(crds.status.success(), "{crds:?}");
+    let crds = server.write("crds.yaml", &String::from_utf8_lossy(&crds.stdout));
+    server.kubectl_ok(&["apply", "-f", arg(&crds)]);
+    for file in ["cluster-crd.yaml", "machine-crd.yaml"] {
+        server.kubectl_ok(&["apply", "-f", arg(&fixture(file))]);
+    }
+    server.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd",
+        "--all",
+        "--timeout=30s",
+    ]);
+
+    let (provider, endpoint) = start_sim_provider(&server, |_| {});
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
+    command
+        .args(["capi", "run", "--kubeconfig"])
+        .arg(server.kubeconfig())
+        .args(["--provider-endpoint", &endpoint, "--wait-resync", "1s"]);
+    let controller = Background::spawn(command, "mcm capi run".into());
+
+    let objects = server.write("cluster.yaml", OBJECTS);
     server.kubectl_ok(&["apply", "-f", arg(&objects)]);
     // What the Cluster API core controllers do: the Machine owns its infrastructure, the Cluster's is provisioned.
     let uid = server.kubectl_ok(&[
