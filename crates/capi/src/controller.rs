@@ -29,7 +29,10 @@ use kube::{
     runtime::{Controller, controller::Action, reflector::ObjectRef, watcher},
 };
 use mcm_api::{ClassSpec, Machine, MachineClass, MachineSpec};
-use mcm_core::retry_policy::{self, RetrySettings};
+use mcm_core::{
+    finalizers::{self, FinalizerChange},
+    retry_policy::{self, RetrySettings},
+};
 use mcm_driver::{
     CreateMachineRequest, DeleteMachineRequest, Driver, DriverError, DriverMethod, GetMachineStatusRequest,
     ListMachinesRequest, MachineCode,
@@ -310,18 +313,7 @@ impl Reconciler<'_> {
                 self.wait(reason, message, now).await
             }
             Step::AddFinalizer => {
-                let mut finalizers = self.infra.finalizers().to_vec();
-                finalizers.push(FINALIZER.to_owned());
-                self.api()
-                    .patch(
-                        &self.name,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({ "metadata": {
-                            "finalizers": finalizers,
-                            "resourceVersion": self.infra.resource_version(),
-                        }})),
-                    )
-                    .await?;
+                self.write_finalizer(FinalizerChange::Add).await?;
                 Ok(Action::requeue(Duration::from_millis(10)))
             }
             Step::Provisioned => {
@@ -772,24 +764,20 @@ impl Reconciler<'_> {
             Err(_) => {}
         }
         self.reset_backoff();
-        let finalizers: Vec<&String> = self
-            .infra
-            .finalizers()
-            .iter()
-            .filter(|f| *f != FINALIZER)
-            .collect();
-        self.api()
-            .patch(
-                &self.name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "metadata": {
-                    "finalizers": finalizers,
-                    "resourceVersion": self.infra.resource_version(),
-                }})),
-            )
-            .await?;
+        self.write_finalizer(FinalizerChange::Remove).await?;
         tracing::info!("VM deleted; finalizer removed");
         Ok(Action::await_change())
+    }
+
+    /// Adds or removes our finalizer with the project's one finalizer patch (the whole list, guarded by the
+    /// resourceVersion); nothing is written when the list already is as asked.
+    async fn write_finalizer(&self, change: FinalizerChange) -> Result<(), Error> {
+        if let Some(patch) = finalizers::patch(&self.infra.metadata, FINALIZER, change) {
+            self.api()
+                .patch(&self.name, &PatchParams::default(), &Patch::Merge(patch))
+                .await?;
+        }
+        Ok(())
     }
 }
 

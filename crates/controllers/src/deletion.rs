@@ -350,7 +350,7 @@ impl Deletion<'_> {
             Err(err) => return NodeDeletion::Failed(err.to_string()),
         };
         if let Some(patch) =
-            crate::finalizer::patch(&current, keys::finalizers::NODE, FinalizerChange::Remove)
+            mcm_core::finalizers::patch(&current.metadata, keys::finalizers::NODE, FinalizerChange::Remove)
             && let Err(err) = api
                 .patch(node, &PatchParams::default(), &Patch::Merge(patch))
                 .await
@@ -365,8 +365,8 @@ impl Deletion<'_> {
     }
 
     async fn remove_finalizer(&self, machine: &Machine) -> Result<(), kube::Error> {
-        let Some(patch) = crate::finalizer::patch(
-            machine,
+        let Some(patch) = mcm_core::finalizers::patch(
+            &machine.metadata,
             keys::finalizers::MACHINE_CONTROLLER_MANAGER,
             FinalizerChange::Remove,
         ) else {

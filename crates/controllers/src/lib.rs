@@ -6,7 +6,6 @@ mod cache;
 pub mod deletion;
 pub mod drain;
 pub mod events;
-mod finalizer;
 pub mod leader;
 pub mod logging;
 pub mod machine;

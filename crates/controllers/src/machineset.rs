@@ -255,8 +255,8 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
         }
     }
     if plan.add_finalizer {
-        if let Some(patch) = crate::finalizer::patch(
-            &*set,
+        if let Some(patch) = mcm_core::finalizers::patch(
+            &set.metadata,
             keys::finalizers::MACHINE_CONTROLLER_MANAGER,
             FinalizerChange::Add,
         ) {
@@ -351,8 +351,8 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
         }
     }
     if plan.remove_finalizer {
-        if let Some(patch) = crate::finalizer::patch(
-            &*set,
+        if let Some(patch) = mcm_core::finalizers::patch(
+            &set.metadata,
             keys::finalizers::MACHINE_CONTROLLER_MANAGER,
             FinalizerChange::Remove,
         ) {

@@ -284,9 +284,11 @@ async fn reconcile_class(class: Arc<MachineClass>, ctx: Arc<Context>) -> Result<
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
     let change = finalizers::class_finalizer_by_use(&class, ctx.uses.used(&class.name_any()));
-    if let Some(patch) =
-        crate::finalizer::patch(&*class, keys::finalizers::MACHINE_CONTROLLER_MANAGER, change)
-    {
+    if let Some(patch) = finalizers::patch(
+        &class.metadata,
+        keys::finalizers::MACHINE_CONTROLLER_MANAGER,
+        change,
+    ) {
         let api: Api<MachineClass> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
         api.patch(&class.name_any(), &PatchParams::default(), &Patch::Merge(patch))
             .await?;
@@ -302,7 +304,7 @@ async fn reconcile_secret(secret: Arc<Secret>, ctx: Arc<Context>) -> Result<Acti
     let classes = ctx.classes.state();
     let classes: Vec<&MachineClass> = classes.iter().map(|c| &**c).collect();
     let change = finalizers::secret_finalizer(&secret, &classes);
-    if let Some(patch) = crate::finalizer::patch(&*secret, keys::finalizers::SECRET, change) {
+    if let Some(patch) = finalizers::patch(&secret.metadata, keys::finalizers::SECRET, change) {
         let namespace = secret.namespace().unwrap_or_else(|| ctx.namespace.clone());
         let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
         api.patch(&secret.name_any(), &PatchParams::default(), &Patch::Merge(patch))

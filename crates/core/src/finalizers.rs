@@ -7,8 +7,12 @@
 //! - A Secret referenced by a class's `secretRef` or `credentialsSecretRef` gets `machine.sapcloud.io/machine-controller`;
 //!   the finalizer goes when no class references it any more.
 
-use k8s_openapi::api::core::v1::{Secret, SecretReference};
+use k8s_openapi::{
+    api::core::v1::{Secret, SecretReference},
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
 use mcm_api::{Machine, MachineClass, keys::finalizers};
+use serde_json::{Value, json};
 
 /// What to do with a finalizer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,6 +24,21 @@ pub enum FinalizerChange {
     Remove,
     /// Nothing to do.
     Keep,
+}
+
+/// The merge patch applying `change` of `finalizer` to the finalizer list of the object whose metadata is `meta`:
+/// the whole list and the object's resourceVersion, so that a concurrent change of the list fails with a conflict
+/// instead of being overwritten. `None` when it would change nothing (keep, adding one that is there, removing one
+/// that is not). One shape for every controller that writes finalizers.
+pub fn patch(meta: &ObjectMeta, finalizer: &str, change: FinalizerChange) -> Option<Value> {
+    let current = meta.finalizers.clone().unwrap_or_default();
+    let present = current.iter().any(|f| f == finalizer);
+    let list: Vec<String> = match change {
+        FinalizerChange::Add if !present => current.into_iter().chain([finalizer.to_owned()]).collect(),
+        FinalizerChange::Remove if present => current.into_iter().filter(|f| f != finalizer).collect(),
+        _ => return None,
+    };
+    Some(json!({ "metadata": { "finalizers": list, "resourceVersion": meta.resource_version } }))
 }
 
 fn has(finalizers: Option<&Vec<String>>, finalizer: &str) -> bool {
@@ -88,6 +107,34 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
+
+    fn patch_of(list: &[&str], finalizer: &str, change: FinalizerChange) -> Option<Value> {
+        let meta = ObjectMeta {
+            finalizers: Some(list.iter().map(|f| (*f).to_owned()).collect()),
+            resource_version: Some("7".into()),
+            ..ObjectMeta::default()
+        };
+        patch(&meta, finalizer, change)
+    }
+
+    #[test]
+    fn the_list_is_written_whole_and_guarded_by_the_resource_version() {
+        assert_eq!(
+            patch_of(&["a"], "b", FinalizerChange::Add),
+            Some(json!({ "metadata": { "finalizers": ["a", "b"], "resourceVersion": "7" } }))
+        );
+        assert_eq!(
+            patch_of(&["a", "b"], "a", FinalizerChange::Remove),
+            Some(json!({ "metadata": { "finalizers": ["b"], "resourceVersion": "7" } }))
+        );
+    }
+
+    #[test]
+    fn nothing_is_written_when_nothing_changes() {
+        assert_eq!(patch_of(&["a"], "a", FinalizerChange::Add), None);
+        assert_eq!(patch_of(&["a"], "b", FinalizerChange::Remove), None);
+        assert_eq!(patch_of(&["a"], "a", FinalizerChange::Keep), None);
+    }
 
     fn class(name: &str) -> MachineClass {
         let mut c = MachineClass::default();
