@@ -491,13 +491,7 @@ pub fn resource_defs(object: &Value) -> Vec<ResourceDef> {
                 .additional_printer_columns
                 .iter()
                 .flatten()
-                .map(|c| Column {
-                    name: c.name.clone(),
-                    type_: c.type_.clone(),
-                    json_path: c.json_path.clone(),
-                    description: c.description.clone().unwrap_or_default(),
-                    priority: c.priority.unwrap_or(0),
-                })
+                .map(Column::from)
                 .collect();
             def
         })

@@ -25,6 +25,23 @@ pub struct Column {
     pub priority: i32,
 }
 
+impl From<&k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceColumnDefinition>
+    for Column
+{
+    /// The column a CRD's `additionalPrinterColumns` entry declares (built-in machine kinds and applied CRDs alike).
+    fn from(
+        c: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceColumnDefinition,
+    ) -> Self {
+        Self {
+            name: c.name.clone(),
+            type_: c.type_.clone(),
+            json_path: c.json_path.clone(),
+            description: c.description.clone().unwrap_or_default(),
+            priority: c.priority.unwrap_or(0),
+        }
+    }
+}
+
 /// Where a resource's scale subresource reads and writes: paths from the object root, dot-separated without the
 /// leading dot (`spec.replicas`), as a CRD's `subresources.scale` names them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -204,13 +221,7 @@ fn crd_columns(
         .additional_printer_columns
         .iter()
         .flatten()
-        .map(|c| Column {
-            name: c.name.clone(),
-            type_: c.type_.clone(),
-            json_path: c.json_path.clone(),
-            description: c.description.clone().unwrap_or_default(),
-            priority: c.priority.unwrap_or(0),
-        })
+        .map(Column::from)
         .collect()
 }
 
