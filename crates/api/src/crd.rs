@@ -59,7 +59,10 @@ pub fn schema_of<T: JsonSchema>() -> Value {
     value
 }
 
-fn root_schema(description: &str, properties: Value, required: &[&str]) -> Value {
+/// The schema of a kind's root object: `apiVersion`, `kind` and `metadata`, then `properties` (spec, status), with
+/// `required` when not empty. Public so that other API groups of this project (the Cluster API kinds) build theirs
+/// the same way.
+pub fn root_schema(description: &str, properties: Value, required: &[&str]) -> Value {
     let mut props = json!({
         "apiVersion": {
             "description": "APIVersion defines the versioned schema of this representation of an object.",
@@ -81,7 +84,8 @@ fn root_schema(description: &str, properties: Value, required: &[&str]) -> Value
     schema
 }
 
-fn column(
+/// A printer column (`additionalPrinterColumns` entry).
+pub fn column(
     name: &str,
     type_: &str,
     path: &str,
@@ -108,18 +112,36 @@ fn age_column() -> CustomResourceColumnDefinition {
     )
 }
 
-struct KindDef {
-    kind: &'static str,
-    plural: &'static str,
-    singular: &'static str,
-    short_name: &'static str,
-    schema: Value,
-    status: bool,
-    scale: bool,
-    columns: Vec<CustomResourceColumnDefinition>,
+/// What a namespaced, single-version CRD is made of; [`build`] makes it.
+pub struct KindDef {
+    /// API group.
+    pub group: &'static str,
+    /// The one version, served and stored.
+    pub version: &'static str,
+    /// Kind.
+    pub kind: &'static str,
+    /// Plural resource name.
+    pub plural: &'static str,
+    /// Singular name.
+    pub singular: &'static str,
+    /// Short name.
+    pub short_name: &'static str,
+    /// Categories (`kubectl get <category>`); none when empty.
+    pub categories: &'static [&'static str],
+    /// Labels of the CRD object; none when empty.
+    pub labels: &'static [(&'static str, &'static str)],
+    /// The root schema ([`root_schema`]).
+    pub schema: Value,
+    /// Has the status subresource.
+    pub status: bool,
+    /// Has the scale subresource (`.spec.replicas`, `.status.replicas`).
+    pub scale: bool,
+    /// Printer columns.
+    pub columns: Vec<CustomResourceColumnDefinition>,
 }
 
-fn build(def: KindDef) -> Result<CustomResourceDefinition, CrdError> {
+/// The CRD `def` describes, named `<plural>.<group>`.
+pub fn build(def: KindDef) -> Result<CustomResourceDefinition, CrdError> {
     let schema: JSONSchemaProps = serde_json::from_value(def.schema).map_err(|source| CrdError::Schema {
         kind: def.kind,
         source,
@@ -134,22 +156,29 @@ fn build(def: KindDef) -> Result<CustomResourceDefinition, CrdError> {
     });
     Ok(CustomResourceDefinition {
         metadata: ObjectMeta {
-            name: Some(format!("{}.{GROUP}", def.plural)),
+            name: Some(format!("{}.{}", def.plural, def.group)),
+            labels: (!def.labels.is_empty()).then(|| {
+                def.labels
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect()
+            }),
             ..ObjectMeta::default()
         },
         spec: CustomResourceDefinitionSpec {
-            group: GROUP.into(),
+            group: def.group.into(),
             names: CustomResourceDefinitionNames {
                 kind: def.kind.into(),
                 list_kind: Some(format!("{}List", def.kind)),
                 plural: def.plural.into(),
                 singular: Some(def.singular.into()),
                 short_names: Some(vec![def.short_name.into()]),
-                categories: None,
+                categories: (!def.categories.is_empty())
+                    .then(|| def.categories.iter().map(|c| (*c).to_owned()).collect()),
             },
             scope: "Namespaced".into(),
             versions: vec![CustomResourceDefinitionVersion {
-                name: crate::resource::VERSION.into(),
+                name: def.version.into(),
                 served: true,
                 storage: true,
                 schema: Some(CustomResourceValidation {
@@ -171,6 +200,10 @@ fn build(def: KindDef) -> Result<CustomResourceDefinition, CrdError> {
 /// The CRD of `Machine` (`machines.machine.sapcloud.io`, short name `mc`).
 pub fn machine() -> Result<CustomResourceDefinition, CrdError> {
     build(KindDef {
+        group: GROUP,
+        version: crate::resource::VERSION,
+        categories: &[],
+        labels: &[],
         kind: "Machine",
         plural: "machines",
         singular: "machine",
@@ -212,6 +245,10 @@ pub fn machine() -> Result<CustomResourceDefinition, CrdError> {
 /// The CRD of `MachineSet` (`machinesets.machine.sapcloud.io`, short name `mcs`).
 pub fn machine_set() -> Result<CustomResourceDefinition, CrdError> {
     build(KindDef {
+        group: GROUP,
+        version: crate::resource::VERSION,
+        categories: &[],
+        labels: &[],
         kind: "MachineSet",
         plural: "machinesets",
         singular: "machineset",
@@ -253,6 +290,10 @@ pub fn machine_set() -> Result<CustomResourceDefinition, CrdError> {
 /// The CRD of `MachineDeployment` (`machinedeployments.machine.sapcloud.io`, short name `mcd`).
 pub fn machine_deployment() -> Result<CustomResourceDefinition, CrdError> {
     build(KindDef {
+        group: GROUP,
+        version: crate::resource::VERSION,
+        categories: &[],
+        labels: &[],
         kind: "MachineDeployment",
         plural: "machinedeployments",
         singular: "machinedeployment",
@@ -321,6 +362,10 @@ pub fn machine_class() -> Result<CustomResourceDefinition, CrdError> {
     // so that the controllers can still read, and report on, an object stored before this rule.
     node_template["required"] = json!(["capacity", "instanceType", "region", "zone"]);
     build(KindDef {
+        group: GROUP,
+        version: crate::resource::VERSION,
+        categories: &[],
+        labels: &[],
         kind: "MachineClass",
         plural: "machineclasses",
         singular: "machineclass",

@@ -4,12 +4,10 @@
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceColumnDefinition, CustomResourceDefinition, CustomResourceDefinitionNames,
-    CustomResourceDefinitionSpec, CustomResourceDefinitionVersion, CustomResourceSubresourceStatus,
-    CustomResourceSubresources, CustomResourceValidation, JSONSchemaProps,
+    CustomResourceColumnDefinition, CustomResourceDefinition,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use mcm_api::crd::{CrdError, schema_of};
+use mcm_api::crd::{CrdError, KindDef, build, root_schema, schema_of};
 use serde_json::{Value, json};
 
 use crate::types::{GROUP, MCMMachineSpec, MCMMachineStatus, MCMMachineTemplateSpec, VERSION};
@@ -26,92 +24,49 @@ pub fn crd_name(group: &str, kind: &str) -> String {
     format!("{}s.{group}", kind.to_lowercase())
 }
 
-fn root(description: &str, properties: Value) -> Value {
-    let mut props = json!({
-        "apiVersion": { "description": "APIVersion defines the versioned schema of this representation of an object.", "type": "string" },
-        "kind": { "description": "Kind is a string value representing the REST resource this object represents.", "type": "string" },
-        "metadata": { "type": "object" }
-    });
-    if let (Value::Object(base), Value::Object(extra)) = (&mut props, properties) {
-        base.extend(extra);
-    }
-    json!({ "description": description, "type": "object", "properties": props })
-}
-
+/// A printer column as Cluster API providers declare them (priority 0).
 fn column(name: &str, type_: &str, path: &str, description: &str) -> CustomResourceColumnDefinition {
-    CustomResourceColumnDefinition {
-        name: name.into(),
-        type_: type_.into(),
-        json_path: path.into(),
-        description: Some(description.into()),
-        priority: None,
-        format: None,
-    }
+    mcm_api::crd::column(name, type_, path, description, None)
 }
 
-fn build(
+/// A kind of our Cluster API group: namespaced, category `cluster-api`, the contract labels; the plural is the
+/// lower-case kind + `s` (so that the CRD name is [`crd_name`]).
+fn capi_kind(
     kind: &'static str,
-    short_name: &str,
+    plural: &'static str,
+    singular: &'static str,
+    short_name: &'static str,
     schema: Value,
     status: bool,
     columns: Vec<CustomResourceColumnDefinition>,
 ) -> Result<CustomResourceDefinition, CrdError> {
-    let schema: JSONSchemaProps =
-        serde_json::from_value(schema).map_err(|source| CrdError::Schema { kind, source })?;
-    let plural = format!("{}s", kind.to_lowercase());
-    Ok(CustomResourceDefinition {
-        metadata: ObjectMeta {
-            name: Some(crd_name(GROUP, kind)),
-            labels: Some(
-                CONTRACT_LABELS
-                    .iter()
-                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                    .collect(),
-            ),
-            ..ObjectMeta::default()
-        },
-        spec: CustomResourceDefinitionSpec {
-            group: GROUP.into(),
-            names: CustomResourceDefinitionNames {
-                kind: kind.into(),
-                list_kind: Some(format!("{kind}List")),
-                plural,
-                singular: Some(kind.to_lowercase()),
-                short_names: Some(vec![short_name.into()]),
-                categories: Some(vec!["cluster-api".into()]),
-            },
-            scope: "Namespaced".into(),
-            versions: vec![CustomResourceDefinitionVersion {
-                name: VERSION.into(),
-                served: true,
-                storage: true,
-                schema: Some(CustomResourceValidation {
-                    open_api_v3_schema: Some(schema),
-                }),
-                subresources: status.then(|| CustomResourceSubresources {
-                    status: Some(CustomResourceSubresourceStatus(json!({}))),
-                    scale: None,
-                }),
-                additional_printer_columns: (!columns.is_empty()).then_some(columns),
-                deprecated: None,
-                deprecation_warning: None,
-                selectable_fields: None,
-            }],
-            conversion: None,
-            preserve_unknown_fields: None,
-        },
-        status: None,
+    build(KindDef {
+        group: GROUP,
+        version: VERSION,
+        kind,
+        plural,
+        singular,
+        short_name,
+        categories: &["cluster-api"],
+        labels: &CONTRACT_LABELS,
+        schema,
+        status,
+        scale: false,
+        columns,
     })
 }
 
 /// The CRD of `MCMMachine` (`mcmmachines.infrastructure.machine.sapcloud.io`, short name `mcmm`).
 pub fn mcm_machine() -> Result<CustomResourceDefinition, CrdError> {
-    build(
+    capi_kind(
         "MCMMachine",
+        "mcmmachines",
+        "mcmmachine",
         "mcmm",
-        root(
+        root_schema(
             "MCMMachine is the Cluster API infrastructure machine made by a machine-controller-manager provider.",
             json!({ "spec": schema_of::<MCMMachineSpec>(), "status": schema_of::<MCMMachineStatus>() }),
+            &[],
         ),
         true,
         vec![
@@ -151,12 +106,15 @@ pub fn mcm_machine() -> Result<CustomResourceDefinition, CrdError> {
 
 /// The CRD of `MCMMachineTemplate` (`mcmmachinetemplates.infrastructure.machine.sapcloud.io`, short name `mcmmt`).
 pub fn mcm_machine_template() -> Result<CustomResourceDefinition, CrdError> {
-    build(
+    capi_kind(
         "MCMMachineTemplate",
+        "mcmmachinetemplates",
+        "mcmmachinetemplate",
         "mcmmt",
-        root(
+        root_schema(
             "MCMMachineTemplate is the template of MCMMachines for Cluster API MachineDeployments and control planes.",
             json!({ "spec": schema_of::<MCMMachineTemplateSpec>() }),
+            &[],
         ),
         false,
         vec![column(
