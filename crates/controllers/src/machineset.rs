@@ -215,15 +215,15 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
             )
             .await;
     }
-    let awaited: Vec<Arc<Machine>> = ctx.with_expectations(&name, |e| {
-        e.awaited()
+    let expectations = ctx.with_expectations(&name, |e| {
+        // Besides the set's own machines, the awaited ones as the cache holds them (one may have another owner).
+        let awaited: Vec<Arc<Machine>> = e
+            .awaited()
             .filter_map(|machine| {
                 ctx.machines
                     .get(&ObjectRef::new(machine).within(&ctx.config.namespace))
             })
-            .collect()
-    });
-    let expectations = ctx.with_expectations(&name, |e| {
+            .collect();
         e.observe(all.iter().chain(&awaited).map(|m| &**m));
         e.expire(now);
         e.clone()
