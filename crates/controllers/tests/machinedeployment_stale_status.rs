@@ -10,11 +10,9 @@ use kube::{
     api::{ListParams, Patch, PatchParams, PostParams},
 };
 use mcm_api::{Machine, MachineDeployment, MachineSet};
-use mcm_apiserver::{ApiServer, Config as ServerConfig};
 use mcm_controllers::machinedeployment;
 use serde_json::json;
-use support::{NAMESPACE, wait_for, watch_window};
-use tokio::sync::watch;
+use support::{Cluster, NAMESPACE, wait_for, watch_window};
 
 /// The sets of the deployment, oldest first.
 async fn sets(api: &Api<MachineSet>) -> Vec<MachineSet> {
@@ -30,23 +28,12 @@ async fn sets(api: &Api<MachineSet>) -> Vec<MachineSet> {
 /// rolling update had 7 live machines for replicas 4 and maxSurge 1.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_whose_status_lags_counts_its_cached_machines_toward_the_surge() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = ServerConfig::new(dir.path());
-    config.in_memory = true;
-    let server = ApiServer::start(config).await.unwrap();
-    let client = support::client_for(&server).await;
-    let (stop, mut rx) = watch::channel(false);
-    let controller = tokio::spawn(machinedeployment::run(
-        client.clone(),
-        None,
-        machinedeployment::Config::new(NAMESPACE),
-        async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        },
-    ));
+    let mut cluster = Cluster::start_without_controller(support::settings()).await;
+    cluster.start_deployment_controller(machinedeployment::Config::new(NAMESPACE));
+    let client = cluster.client.clone();
     let deployments: Api<MachineDeployment> = Api::namespaced(client.clone(), NAMESPACE);
     let set_api: Api<MachineSet> = Api::namespaced(client.clone(), NAMESPACE);
-    let machines: Api<Machine> = Api::namespaced(client.clone(), NAMESPACE);
+    let machines: Api<Machine> = Api::namespaced(client, NAMESPACE);
     let deployment: MachineDeployment = serde_json::from_value(json!({
         "metadata": { "name": "pool" },
         "spec": {
@@ -112,7 +99,5 @@ async fn a_set_whose_status_lags_counts_its_cached_machines_toward_the_surge() {
     .await;
     assert_eq!(grown, None, "the new set grew while 4 old machines exist");
 
-    let _ = stop.send(true);
-    let _ = tokio::time::timeout(support::DEADLINE, controller).await;
-    server.shutdown().await;
+    cluster.stop().await;
 }

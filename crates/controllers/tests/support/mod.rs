@@ -206,6 +206,20 @@ impl Cluster {
             },
         ));
         self.set_controllers.push(RunningController { stop, task });
+        self.spawn_deployment_controller(config, metrics);
+    }
+
+    /// Starts the MachineDeployment controller alone (no MachineSet controller: the sets' machines and statuses are
+    /// the test's to write).
+    pub fn start_deployment_controller(&mut self, config: mcm_controllers::machinedeployment::Config) {
+        self.spawn_deployment_controller(config, None);
+    }
+
+    fn spawn_deployment_controller(
+        &mut self,
+        config: mcm_controllers::machinedeployment::Config,
+        metrics: Option<Arc<mcm_controllers::metrics::Metrics>>,
+    ) {
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(mcm_controllers::machinedeployment::run_with_metrics(
             self.client.clone(),
