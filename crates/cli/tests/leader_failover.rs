@@ -5,9 +5,11 @@
 
 mod support;
 
-use std::{process::Command, time::Instant};
+use std::time::Instant;
 
-use support::{Background, CONDITION_DEADLINE, Server, address_of, get, poll, start_sim_provider};
+use support::{
+    Background, CONDITION_DEADLINE, Server, address_of, get, mcm_run_command, poll, start_sim_provider,
+};
 
 /// Short Leases so that the test runs in seconds (the reference's 15s/10s/2s are the defaults).
 const LEASE: [&str; 6] = [
@@ -21,13 +23,8 @@ const LEASE: [&str; 6] = [
 
 /// `mcm run` with `provider` (`--provider sim` or `--provider-endpoint E`) and the Lease timings `lease`.
 fn mcm_run(server: &Server, provider: &[&str], lease: &[&str], what: &str) -> Background {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
-    command
-        .args(["run", "--control-kubeconfig"])
-        .arg(server.kubeconfig())
-        .args(provider)
-        .args(["--port", "0", "--address", "127.0.0.1"])
-        .args(lease);
+    let mut command = mcm_run_command(server, provider);
+    command.args(lease);
     Background::spawn(command, what.into())
 }
 

@@ -7,8 +7,8 @@ mod support;
 use std::process::Command;
 
 use support::{
-    Background, COMMAND_DEADLINE, CONDITION_DEADLINE, Server, address_of, example, get, poll,
-    start_sim_provider,
+    Background, COMMAND_DEADLINE, CONDITION_DEADLINE, Server, address_of, example, get, mcm_run_command,
+    poll, start_sim_provider,
 };
 
 #[test]
@@ -18,17 +18,7 @@ fn the_example_machine_runs_through_a_provider_out_of_process() {
         command.args(["--sim-heartbeat-interval", "1s"]);
     });
 
-    let mut run = Command::new(env!("CARGO_BIN_EXE_mcm"));
-    run.args(["run", "--control-kubeconfig"])
-        .arg(server.kubeconfig())
-        .args([
-            "--provider-endpoint",
-            &endpoint,
-            "--port",
-            "0",
-            "--address",
-            "127.0.0.1",
-        ]);
+    let run = mcm_run_command(&server, &["--provider-endpoint", &endpoint]);
     let run = Background::spawn(run, "mcm run".into());
     let address = address_of(&run);
     let stdout = run.stdout();

@@ -5,16 +5,11 @@ mod support;
 
 use std::process::Command;
 
-use support::{Background, CONDITION_DEADLINE, Server, address_of, arg, get, poll};
+use support::{Background, CONDITION_DEADLINE, Server, address_of, arg, get, mcm_run_command, poll};
 
 fn mcm_run(server: &Server, extra: &[&str]) -> Background {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
-    command
-        .args(["run", "--control-kubeconfig"])
-        .arg(server.kubeconfig())
-        .args(["--provider", "sim", "--port", "0", "--address", "127.0.0.1"])
-        .args(["--sim-heartbeat-interval", "1s"])
-        .args(extra);
+    let mut command = mcm_run_command(server, &["--provider", "sim"]);
+    command.args(["--sim-heartbeat-interval", "1s"]).args(extra);
     Background::spawn(command, "mcm run".into())
 }
 

@@ -9,10 +9,12 @@
 
 mod support;
 
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
 use base64::Engine as _;
-use support::{Background, CONDITION_DEADLINE, Server, address_of, arg, get, poll, start_sim_provider};
+use support::{
+    Background, CONDITION_DEADLINE, Server, address_of, arg, get, mcm_run_command, poll, start_sim_provider,
+};
 
 const USER_DATA_CANARY: &str = "userdata-canary-7f3a91c0";
 const ACCESS_KEY_CANARY: &str = "akid-canary-51c2e8d7";
@@ -174,17 +176,8 @@ fn no_secret_value_appears_in_logs_events_statuses_errors_or_metrics() {
             .env("RUST_LOG", "trace");
     });
 
-    let mut run = Command::new(env!("CARGO_BIN_EXE_mcm"));
-    run.args(["--log-format", "json", "--v", "9", "run", "--control-kubeconfig"])
-        .arg(server.kubeconfig())
-        .args([
-            "--provider-endpoint",
-            &endpoint,
-            "--port",
-            "0",
-            "--address",
-            "127.0.0.1",
-        ])
+    let mut run = mcm_run_command(&server, &["--provider-endpoint", &endpoint]);
+    run.args(["--log-format", "json", "--v", "9"])
         .env_remove("RUST_LOG");
     let run = Background::spawn(run, "mcm run".into());
     let address = address_of(&run);

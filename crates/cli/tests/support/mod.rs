@@ -434,6 +434,18 @@ pub fn example(file: &str) -> PathBuf {
 
 /// `mcm provider sim serve` on a unix socket in the test's directory, its simulated kubelets on `server`, once it
 /// serves; `configure` adds flags or variables. Returns it and its endpoint (`unix://...`).
+/// `mcm run` against `server` with the provider flags `provider` (`--provider sim`, or `--provider-endpoint E`) and
+/// its metrics and probes on a free loopback port ([`address_of`] reads it); callers add their own flags.
+pub fn mcm_run_command(server: &Server, provider: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
+    command
+        .args(["run", "--control-kubeconfig"])
+        .arg(server.kubeconfig())
+        .args(provider)
+        .args(["--port", "0", "--address", "127.0.0.1"]);
+    command
+}
+
 pub fn start_sim_provider(server: &Server, configure: impl FnOnce(&mut Command)) -> (Background, String) {
     let endpoint = format!("unix://{}", server.dir.join("provider.sock").display());
     let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
