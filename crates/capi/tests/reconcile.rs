@@ -138,9 +138,8 @@ impl World {
         Api::namespaced_with(self.client.clone(), NS, &capi("Machine", "machines"))
     }
 
-    async fn create_infra(&self, name: &str, spec: Value, extra_meta: Value) -> MCMMachine {
-        let mut meta = json!({ "name": name, "labels": { "cluster.x-k8s.io/cluster-name": "c1" } });
-        merge(&mut meta, extra_meta);
+    async fn create_infra(&self, name: &str, spec: Value) -> MCMMachine {
+        let meta = json!({ "name": name, "labels": { "cluster.x-k8s.io/cluster-name": "c1" } });
         let object: MCMMachine =
             serde_json::from_value(json!({ "metadata": meta, "spec": spec })).expect("an MCMMachine");
         self.infra()
@@ -246,17 +245,6 @@ impl World {
     }
 }
 
-fn merge(target: &mut Value, patch: Value) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (k, v) in p {
-                merge(t.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (t, p) => *t = p,
-    }
-}
-
 fn ready_reason(m: &MCMMachine) -> Option<&str> {
     m.condition("Ready").and_then(|c| c.reason.as_deref())
 }
@@ -272,7 +260,7 @@ fn inline_spec(provider_spec: &Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_exit_of_spec_001_holds_then_the_machine_is_provisioned_and_deleted() {
     let w = World::start().await;
-    w.create_infra("m1", inline_spec(&sim_spec()), json!({})).await;
+    w.create_infra("m1", inline_spec(&sim_spec())).await;
 
     // "If the resource does not have a `Machine` owner, exit the reconciliation": nothing is written.
     let start = tokio::time::Instant::now();
@@ -393,7 +381,7 @@ async fn bad_configuration_is_a_terminal_failure_and_creates_nothing() {
         ),
     ];
     for (name, spec) in cases {
-        w.create_infra(name, spec, json!({})).await;
+        w.create_infra(name, spec).await;
         w.create_owner(&format!("owner-{name}"), name, Some("boot")).await;
     }
     for name in ["bad-inline", "bad-class", "both"] {
@@ -446,7 +434,7 @@ async fn paused_cluster_or_annotation_holds_the_reconcile() {
     .unwrap();
     classes.create(&PostParams::default(), &class).await.unwrap();
     w.create_cluster(json!({ "paused": true }), true).await;
-    w.create_infra("p1", json!({ "classRef": { "name": "good" } }), json!({}))
+    w.create_infra("p1", json!({ "classRef": { "name": "good" } }))
         .await;
     w.create_owner("owner-p1", "p1", Some("boot")).await;
     let m = w
