@@ -683,6 +683,11 @@ impl ResourceRequest<'_> {
         Ok((labels, fields))
     }
 
+    /// What the rows of a Table answer carry (`includeObject`); 400 naming the parameter for a value it does not take.
+    fn include_object(&self) -> Result<table::IncludeObject, ApiError> {
+        table::IncludeObject::parse(self.query.get("includeObject")).map_err(ApiError::BadRequest)
+    }
+
     fn get(&self, name: &str) -> Result<Response<Body>, ApiError> {
         let object = self
             .state
@@ -702,7 +707,15 @@ impl ResourceRequest<'_> {
         match negotiate(self.headers, true)? {
             Format::Table(version) => {
                 let meta = json!({ "resourceVersion": object["metadata"]["resourceVersion"] });
-                let table = table::table(&self.def, &[&object], true, meta, jiff::Timestamp::now(), version);
+                let table = table::table_with(
+                    &self.def,
+                    &[&object],
+                    self.include_object()?,
+                    true,
+                    meta,
+                    jiff::Timestamp::now(),
+                    version,
+                );
                 Ok(respond_value(StatusCode::OK, &table, Format::Json, &[]))
             }
             Format::Metadata => Ok(respond_value(
@@ -759,7 +772,15 @@ impl ResourceRequest<'_> {
         let page: Vec<std::borrow::Cow<'_, Value>> = page.iter().map(|v| self.def.present(v)).collect();
         if let Format::Table(version) = format {
             let refs: Vec<&Value> = page.iter().map(|v| &**v).collect();
-            let table = table::table(&self.def, &refs, true, metadata, jiff::Timestamp::now(), version);
+            let table = table::table_with(
+                &self.def,
+                &refs,
+                self.include_object()?,
+                true,
+                metadata,
+                jiff::Timestamp::now(),
+                version,
+            );
             return Ok(respond_value(StatusCode::OK, &table, Format::Json, &[]));
         }
         if format == Format::Metadata {

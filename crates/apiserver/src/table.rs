@@ -111,12 +111,79 @@ fn age_at(ts: Timestamp, now: Timestamp) -> String {
     human_age(Duration::from_secs(u64::try_from(seconds).unwrap_or(0)))
 }
 
-/// A Table for these objects (a list, one object, or a one-row watch event). `column_definitions` false writes
-/// `"columnDefinitions": null` (watch events after the first). `list_metadata` is copied to the Table's metadata
-/// (resourceVersion, continue, remainingItemCount). `now` renders ages. `api_version` is what [`wants_table`] chose.
+/// What each row of a Table carries besides its cells: the `includeObject` query parameter of a Table request, as
+/// kube-apiserver reads it. `kubectl get --sort-by` (and any client that needs more than the cells) asks for
+/// `Object`; without the parameter a row carries the object's metadata.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IncludeObject {
+    /// `"object": null`.
+    None,
+    /// A `PartialObjectMetadata` of the object (the default).
+    #[default]
+    Metadata,
+    /// The whole object, as a plain GET returns it.
+    Object,
+}
+
+impl IncludeObject {
+    /// Reads the `includeObject` query parameter (absent or empty: [`IncludeObject::Metadata`]); the error names
+    /// the parameter and the values it takes, as kube-apiserver's validation of TableOptions does.
+    pub fn parse(value: Option<&str>) -> Result<Self, String> {
+        match value.unwrap_or_default() {
+            "" | "Metadata" => Ok(Self::Metadata),
+            "None" => Ok(Self::None),
+            "Object" => Ok(Self::Object),
+            other => Err(format!(
+                "includeObject: Unsupported value: {other:?}: supported values: \"Metadata\", \"None\", \"Object\""
+            )),
+        }
+    }
+
+    fn row_object(self, obj: &Value, api_version: &str) -> Value {
+        match self {
+            Self::None => Value::Null,
+            Self::Metadata => {
+                let metadata = obj
+                    .get("metadata")
+                    .filter(|m| m.is_object())
+                    .cloned()
+                    .unwrap_or_else(|| json!({}));
+                json!({ "kind": "PartialObjectMetadata", "apiVersion": api_version, "metadata": metadata })
+            }
+            Self::Object => obj.clone(),
+        }
+    }
+}
+
+/// A Table for these objects (a list, one object, or a one-row watch event) whose rows carry their objects'
+/// metadata (`includeObject=Metadata`, the default); see [`table_with`].
 pub fn table(
     def: &ResourceDef,
     objects: &[&Value],
+    column_definitions: bool,
+    list_metadata: Value,
+    now: Timestamp,
+    api_version: &str,
+) -> Value {
+    table_with(
+        def,
+        objects,
+        IncludeObject::Metadata,
+        column_definitions,
+        list_metadata,
+        now,
+        api_version,
+    )
+}
+
+/// A Table for these objects (a list, one object, or a one-row watch event), each row carrying what `include`
+/// asks for. `column_definitions` false writes `"columnDefinitions": null` (watch events after the first).
+/// `list_metadata` is copied to the Table's metadata (resourceVersion, continue, remainingItemCount). `now` renders
+/// ages. `api_version` is what [`wants_table`] chose.
+pub fn table_with(
+    def: &ResourceDef,
+    objects: &[&Value],
+    include: IncludeObject,
     column_definitions: bool,
     list_metadata: Value,
     now: Timestamp,
@@ -126,10 +193,9 @@ pub fn table(
     let rows: Vec<Value> = objects
         .iter()
         .map(|obj| {
-            let metadata = obj.get("metadata").filter(|m| m.is_object()).cloned().unwrap_or_else(|| json!({}));
             json!({
                 "cells": printer.cells(obj, now),
-                "object": { "kind": "PartialObjectMetadata", "apiVersion": api_version, "metadata": metadata },
+                "object": include.row_object(obj, api_version),
             })
         })
         .collect();
@@ -1221,6 +1287,30 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn rows_carry_what_include_object_asks_for() {
+        let event = json!({ "kind": "Event", "apiVersion": "v1", "metadata": { "name": "e" }, "lastTimestamp": "2026-11-22T11:09:00Z" });
+        let events = def("", "events");
+        let row = |include| {
+            table_with(&events, &[&event], include, true, json!({}), now(), TABLE_V1)["rows"][0]["object"]
+                .clone()
+        };
+        assert_eq!(row(IncludeObject::Object), event);
+        assert_eq!(row(IncludeObject::None), Value::Null);
+        assert_eq!(
+            row(IncludeObject::Metadata),
+            json!({ "kind": "PartialObjectMetadata", "apiVersion": TABLE_V1, "metadata": { "name": "e" } })
+        );
+        assert_eq!(IncludeObject::parse(None), Ok(IncludeObject::Metadata));
+        assert_eq!(IncludeObject::parse(Some("Object")), Ok(IncludeObject::Object));
+        assert_eq!(IncludeObject::parse(Some("None")), Ok(IncludeObject::None));
+        let err = IncludeObject::parse(Some("Everything")).unwrap_err();
+        assert!(
+            err.starts_with("includeObject: Unsupported value: \"Everything\""),
+            "{err}"
+        );
     }
 
     #[test]

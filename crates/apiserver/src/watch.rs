@@ -74,6 +74,8 @@ fn shown(event: &WatchEvent, seen: EventType) -> std::borrow::Cow<'_, Value> {
 struct Encoder {
     def: Arc<ResourceDef>,
     format: Format,
+    /// What a Table row carries (`includeObject`).
+    include: table::IncludeObject,
     first_table: bool,
 }
 
@@ -90,9 +92,10 @@ impl Encoder {
             Format::Table(version) if event_type != "BOOKMARK" && event_type != "ERROR" => {
                 let meta = json!({ "resourceVersion": object["metadata"]["resourceVersion"] });
                 let columns = std::mem::replace(&mut self.first_table, false);
-                table::table(
+                table::table_with(
                     &self.def,
                     &[object],
+                    self.include,
                     columns,
                     meta,
                     jiff::Timestamp::now(),
@@ -151,9 +154,16 @@ pub fn start(
         None => None,
     };
     let requested = query.get("resourceVersion").unwrap_or("");
+    let include = match format {
+        Format::Table(_) => {
+            table::IncludeObject::parse(query.get("includeObject")).map_err(ApiError::BadRequest)?
+        }
+        _ => table::IncludeObject::default(),
+    };
     let mut encoder = Encoder {
         def,
         format,
+        include,
         first_table: true,
     };
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(256);
