@@ -1,6 +1,11 @@
 //! `mcm`: the one binary of the machine controller manager.
 
-use std::{io::Write, net::IpAddr, path::PathBuf, time::Duration};
+use std::{
+    io::{IsTerminal, Write},
+    net::IpAddr,
+    path::PathBuf,
+    time::Duration,
+};
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
@@ -146,11 +151,18 @@ fn level_of(verbosity: u8) -> &'static str {
     }
 }
 
+/// Whether log lines may carry ANSI colours: only when standard error is a terminal (never in a file, a pipe or
+/// `kubectl logs`).
+pub(crate) fn log_colours() -> bool {
+    std::io::stderr().is_terminal()
+}
+
 fn init_logging(format: &str, verbosity: u8) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level_of(verbosity)));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(log_colours())
         .with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();
@@ -159,8 +171,56 @@ fn init_logging(format: &str, verbosity: u8) {
     }
 }
 
+/// Standard output was closed by its reader (`mcm crds | head`): the command ends quietly with exit 0, as a Unix
+/// filter does.
+#[derive(Debug)]
+struct StdoutClosed;
+
+impl std::fmt::Display for StdoutClosed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("standard output was closed")
+    }
+}
+
+impl std::error::Error for StdoutClosed {}
+
+/// Writes `text` to standard output and flushes it; a reader that went away is [`StdoutClosed`], which [`main`]
+/// turns into a quiet exit 0. Commands that print whole documents (crds, examples) write through this.
+pub(crate) fn write_stdout(text: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Err(StdoutClosed.into()),
+        result => result.context("writing to standard output"),
+    }
+}
+
+/// `println!` to a closed standard output panics ("failed printing to stdout: Broken pipe"); that panic, and only
+/// that one, ends the process quietly with exit 0 instead of a panic message and exit 101.
+fn quiet_when_stdout_closes() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(0);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    quiet_when_stdout_closes();
+    match run_command(Cli::parse()) {
+        Err(err) if err.downcast_ref::<StdoutClosed>().is_some() => Ok(()),
+        result => result,
+    }
+}
+
+fn run_command(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Crds(args) => {
             let mut crds = mcm_api::crd::all().context("generating the CRDs")?;
@@ -171,10 +231,7 @@ fn main() -> anyhow::Result<()> {
                     &mcm_capi::crd::manager_cluster_role_yaml().context("writing the ClusterRole as YAML")?,
                 );
             }
-            std::io::stdout()
-                .lock()
-                .write_all(yaml.as_bytes())
-                .context("writing to standard output")?;
+            write_stdout(&yaml)?;
         }
         Command::Run(args) => {
             init_logging(&cli.log_format, cli.verbosity);

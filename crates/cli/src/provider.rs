@@ -242,6 +242,7 @@ fn init_provider_logging(env: &ProviderEnv) {
     let filter = tracing_subscriber::EnvFilter::new(&env.log_level);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(crate::log_colours())
         .with_writer(std::io::stderr);
     if env.log_json {
         builder.json().init();
