@@ -215,9 +215,18 @@ impl Deletion<'_> {
                     StepOutcome::DeleteVm(result)
                 }
                 DeletionAction::DeleteNode { node } => StepOutcome::DeleteNode(self.delete_node(node).await),
-                DeletionAction::RemoveFinalizer => StepOutcome::RemoveFinalizer(
-                    self.remove_finalizer(&machine).await.map_err(|e| e.to_string()),
-                ),
+                DeletionAction::RemoveFinalizer => {
+                    let result = self.remove_finalizer(&machine).await;
+                    if result.is_ok() {
+                        let node = machine
+                            .labels()
+                            .get(keys::labels::NODE)
+                            .cloned()
+                            .unwrap_or_default();
+                        tracing::info!(machine = %name, node = %node, "machine deleted");
+                    }
+                    StepOutcome::RemoveFinalizer(result.map_err(|e| e.to_string()))
+                }
             };
             let after = deletion::after(&self.input(&machine, &pass), &outcome);
             let failed = after.retry.is_some()

@@ -773,7 +773,8 @@ async fn create(
                     Err(err) => Err(err),
                 };
                 let node_exists = result.as_ref().is_ok_and(|r| ctx.node(&r.node_name).is_some());
-                if result.is_ok() {
+                if let Ok(created) = &result {
+                    tracing::info!(machine = %name, node = %created.node_name, provider_id = %created.provider_id, "machine created");
                     ctx.recorder
                         .record(&machine, EventType::Normal, "Created", "Created the machine's VM")
                         .await;
@@ -1016,6 +1017,8 @@ async fn check_health(
         }
     }
     if let Some(join) = &plan.first_join {
+        let node_name = node.map(ResourceExt::name_any).unwrap_or_default();
+        tracing::info!(machine = %machine.name_any(), node = %node_name, "machine joined: node Ready, machine Running");
         if let (Some(metrics), Some(created)) = (&ctx.metrics, &machine.metadata.creation_timestamp) {
             let took = crate::metrics::elapsed(created.0, now);
             metrics.machine_step(Step::Join, machine, node, Some(class), took);
