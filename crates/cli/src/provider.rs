@@ -99,6 +99,9 @@ struct LocalServeArgs {
     /// How often the machines' node agents heartbeat.
     #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
     node_heartbeat_interval: Duration,
+    /// Exit when this process, the parent (`mcm up` passes its own pid), exits; the machines keep running.
+    #[arg(long)]
+    parent_pid: Option<i32>,
 }
 
 #[derive(Debug, Args)]
@@ -128,6 +131,9 @@ pub fn main(args: ProviderArgs) -> anyhow::Result<()> {
         ProviderCommand::Local {
             command: LocalCommand::Serve(args),
         } => {
+            if let Some(parent) = args.parent_pid {
+                crate::up::exit_with_parent(parent)?;
+            }
             let env = provider_env(args.endpoint.as_ref(), "mcm provider local serve");
             init_provider_logging(&env);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;

@@ -109,6 +109,78 @@ fn running(dir: &Path) -> Option<i32> {
     read_pid(&dir.join("mcm.pid")).filter(|pid| alive(*pid))
 }
 
+/// The processes serving the local provider on this data directory: `mcm provider local serve --state-dir D`,
+/// found by their command lines in /proc (so also one an older `mcm up` left, whatever its pid).
+fn providers_of(dir: &Path) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| serves_local_provider(&cmdline, dir))
+        })
+        .filter(|pid| alive(*pid))
+        .collect()
+}
+
+/// Whether a NUL-separated command line is `<mcm> provider local serve ... --state-dir <dir> ...`.
+fn serves_local_provider(cmdline: &[u8], dir: &Path) -> bool {
+    const SERVE: [&[u8]; 3] = [b"provider", b"local", b"serve"];
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let dir = dir.as_os_str().as_encoded_bytes();
+    args.get(1..4) == Some(&SERVE[..])
+        && args.windows(2).any(|pair| {
+            (pair[0] == b"--state-dir" && pair[1] == dir)
+                || pair[0].strip_prefix(b"--state-dir=".as_slice()) == Some(dir)
+        })
+}
+
+/// Stops a process: SIGTERM, then SIGKILL if it still runs after `grace`.
+fn stop_process(pid: i32, grace: Duration) {
+    let Some(process) = rustix::process::Pid::from_raw(pid) else {
+        return;
+    };
+    let _ = rustix::process::kill_process(process, rustix::process::Signal::TERM);
+    let deadline = Instant::now() + grace;
+    while alive(pid) {
+        if Instant::now() > deadline {
+            let _ = rustix::process::kill_process(process, rustix::process::Signal::KILL);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Stops every local provider still serving this data directory with no `mcm up` (one whose `mcm up` was killed
+/// before it could stop it, from a version without [`exit_with_parent`]); returns their pids. Machines are not
+/// touched: they are process trees of their own, and the next provider finds them on disk.
+fn stop_stale_providers(dir: &Path) -> Vec<i32> {
+    let stale = providers_of(dir);
+    for pid in &stale {
+        tracing::warn!(pid, data_dir = %dir.display(), "stopping a local provider left running by an earlier mcm up");
+        stop_process(*pid, Duration::from_secs(10));
+    }
+    stale
+}
+
+/// `mcm provider local serve --parent-pid P`: the kernel sends this process SIGTERM when its parent dies
+/// (PR_SET_PDEATHSIG), so a provider never outlives an `mcm up` that was killed (`kill -9`, a crash). Exits at
+/// once when the parent is already gone. The machines, separate process trees, keep running either way.
+///
+/// The death signal follows the parent *thread* that forked: `mcm up` starts the provider from its main thread
+/// (inside `block_on`), which lives as long as the process.
+pub(crate) fn exit_with_parent(parent: i32) -> anyhow::Result<()> {
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
+        .context("--parent-pid: asking for a signal when mcm up exits (prctl PR_SET_PDEATHSIG)")?;
+    if rustix::process::getppid().map(rustix::process::Pid::as_raw_pid) != Some(parent) {
+        bail!("--parent-pid: process {parent} (mcm up) is gone; not serving without it");
+    }
+    Ok(())
+}
+
 /// `mcm up`: until SIGINT or SIGTERM.
 pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
     let dir = data_dir(args.data_dir.clone())?;
@@ -136,6 +208,8 @@ async fn run(dir: &Path, args: &UpArgs) -> anyhow::Result<()> {
     for sub in ["apiserver", "provider", "logs"] {
         private_dir(&dir.join(sub))?;
     }
+    // Taken over explicitly: a provider an earlier `mcm up` left running is stopped (and logged), never reused.
+    stop_stale_providers(dir);
     let mut config = mcm_apiserver::server::Config::new(dir.join("apiserver"));
     config.port = args.port;
     config.node_monitor_grace_period = args.node_monitor_grace_period;
@@ -204,6 +278,8 @@ fn start_provider(
             "--node-heartbeat-interval",
             &format!("{}ms", heartbeat.as_millis()),
         ])
+        // The provider dies with us, also when we are killed (see `exit_with_parent`).
+        .args(["--parent-pid", &std::process::id().to_string()])
         .env("MC_ENDPOINT", endpoint.to_string())
         .env("MC_LOG_FORMAT", "text")
         .env("MC_LOG_LEVEL", "info")
@@ -301,6 +377,9 @@ pub(crate) fn down(args: DownArgs) -> anyhow::Result<()> {
         println!("mcm down: stopped mcm up (pid {pid})");
     } else {
         println!("mcm down: mcm up is not running with {}", dir.display());
+    }
+    for pid in stop_stale_providers(&dir) {
+        println!("mcm down: stopped the local provider (pid {pid}) an earlier mcm up left running");
     }
     if args.purge {
         let stopped = mcm_provider_local::purge(&dir)

@@ -327,3 +327,190 @@ spec: { class: { kind: MachineClass, name: broken } }
     up.down(true);
     assert!(!Path::new(&up.dir).exists());
 }
+
+/// How long a process may take to stop.
+const PROCESS_DEADLINE: Duration = Duration::from_secs(20);
+
+/// The processes serving the local provider on `dir` (`mcm provider local serve ... --state-dir <dir>`), zombies
+/// excluded.
+fn provider_pids(dir: &Path) -> Vec<i32> {
+    const SERVE: [&[u8]; 3] = [b"provider", b"local", b"serve"];
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|entry| {
+            let running = std::fs::read_to_string(entry.path().join("stat")).is_ok_and(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next())
+                    .is_some_and(|state| state != "Z")
+            });
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            running
+                && args.get(1..4) == Some(&SERVE[..])
+                && args
+                    .windows(2)
+                    .any(|pair| pair[0] == b"--state-dir" && pair[1] == dir.as_os_str().as_encoded_bytes())
+        })
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// A local provider on `up`'s data directory started by hand, with no `mcm up` above it: what an `mcm up` of a
+/// version whose provider did not die with it left behind after a `kill -9`.
+fn stale_provider(up: &Up) -> Background {
+    let kubeconfig = std::fs::read_to_string(up.dir.join("kubeconfig")).expect("the kubeconfig");
+    let url = kubeconfig
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("server: "))
+        .expect("a server URL")
+        .trim_matches('"')
+        .to_owned();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
+    command
+        .args(["provider", "local", "serve", "--state-dir"])
+        .arg(&up.dir)
+        .args(["--api-server", &url, "--ca-file"])
+        .arg(up.dir.join("apiserver/ca.crt"))
+        .env(
+            "MC_ENDPOINT",
+            format!("unix://{}", up.dir.join("provider/provider.sock").display()),
+        );
+    let provider = Background::spawn(command, "a stale mcm provider local serve".into());
+    provider.wait_for_stdout("the stale provider to serve", |out| out.contains("serving on"));
+    provider
+}
+
+/// The log lines of `stderr` that say `message` about `machine`.
+fn logged(stderr: &str, message: &str, machine: &str) -> bool {
+    stderr
+        .lines()
+        .any(|line| line.contains(message) && line.contains(&format!("machine={machine}")))
+}
+
+#[test]
+#[allow(clippy::too_many_lines)] // one story, told in order: run, crash, take over, delete, crash, purge
+fn a_killed_mcm_up_takes_its_provider_along_and_down_purge_leaves_no_process() {
+    let mut up = Up::start("crash", &[]);
+    let manifest = up.dir.join("crash.yaml");
+    std::fs::write(
+        &manifest,
+        r#"apiVersion: v1
+kind: Secret
+metadata: { name: crash-boot, namespace: default }
+stringData:
+  userData: |
+    #!/bin/sh
+    exec mcm node-agent --node-name "<<MACHINE_NAME>>" --bootstrap-token "<<BOOTSTRAP_TOKEN>>"
+---
+apiVersion: machine.sapcloud.io/v1alpha1
+kind: MachineClass
+metadata: { name: crash-small, namespace: default }
+provider: local
+providerSpec: { vmPool: pool, size: small, tags: { kubernetes.io/cluster/demo: "1" } }
+secretRef: { name: crash-boot, namespace: default }
+---
+apiVersion: machine.sapcloud.io/v1alpha1
+kind: Machine
+metadata: { name: crash-machine, namespace: default }
+spec: { class: { kind: MachineClass, name: crash-small } }
+"#,
+    )
+    .expect("the manifest");
+    up.kubectl_ok(&["apply", "-f", arg(&manifest)]);
+    poll("the machine Running with a Ready node", SLOW, || {
+        (all_running(&up, 1) && ready_nodes(&up) == 1).then_some(())
+    });
+    let pgid = up.pgid("crash-machine");
+    let providers = provider_pids(&up.dir);
+    assert_eq!(providers.len(), 1, "one provider serves {}", up.dir.display());
+
+    // At the default level, one line per machine created and joined, with the machine and node as fields; no ANSI
+    // colour codes in a log that goes to a pipe or a file.
+    let process = up.process.take().expect("mcm up runs");
+    poll("the machine's created and joined lines", SLOW, || {
+        let stderr = process.stderr();
+        (logged(&stderr, "machine created", "crash-machine")
+            && logged(&stderr, "machine joined", "crash-machine")
+            && stderr.contains("node=crash-machine"))
+        .then_some(())
+    });
+    let provider_log = std::fs::read_to_string(up.dir.join("logs/provider.log")).expect("the provider log");
+    for (what, text) in [("mcm up", process.stderr()), ("provider.log", provider_log)] {
+        assert!(!text.is_empty(), "{what} logged nothing");
+        assert!(!text.contains("\x1b["), "ANSI codes in {what}:\n{text}");
+    }
+
+    // kill -9: the provider child goes with it; the machine keeps running.
+    let killed = process.stop();
+    assert!(!killed.status.success());
+    poll(
+        "the provider gone after mcm up was killed",
+        PROCESS_DEADLINE,
+        || provider_pids(&up.dir).is_empty().then_some(()),
+    );
+    assert!(group_alive(pgid), "the machine outlives a killed mcm up");
+
+    // A provider left running (as older versions did) is stopped, logged, and replaced by the next mcm up.
+    let stale = stale_provider(&up);
+    let stale_pids = provider_pids(&up.dir);
+    assert_eq!(stale_pids.len(), 1);
+    up.spawn(&[]);
+    let stale_out = stale.finish(PROCESS_DEADLINE);
+    assert!(
+        stale_out.status.success(),
+        "the stale provider stops cleanly: {stale_out:?}"
+    );
+    let process = up.process.as_ref().expect("mcm up runs");
+    assert!(
+        process
+            .stderr()
+            .lines()
+            .any(|line| line.contains("stopping a local provider left running")
+                && line.contains(&format!("pid={}", stale_pids[0]))),
+        "the take-over is logged:\n{}",
+        process.stderr()
+    );
+    let now = provider_pids(&up.dir);
+    assert!(
+        now.len() == 1 && now != stale_pids,
+        "mcm up serves with a provider of its own: {now:?}"
+    );
+    poll("the same machine Running after the restart", SLOW, || {
+        (all_running(&up, 1) && ready_nodes(&up) == 1 && group_alive(pgid)).then_some(())
+    });
+
+    // Deleting the machine: one line at the default level, and its processes go.
+    up.kubectl_ok(&["delete", "machine", "crash-machine", "--wait=false"]);
+    poll("the machine's deleted line", SLOW, || {
+        logged(&up.process.as_ref()?.stderr(), "machine deleted", "crash-machine").then_some(())
+    });
+    poll("no machine process left", SLOW, || {
+        (!group_alive(pgid)).then_some(())
+    });
+
+    // Killed again with a stale provider left behind: `mcm down --purge` stops it and leaves no process.
+    let _ = up.process.take().expect("mcm up runs").stop();
+    poll(
+        "the provider gone after mcm up was killed",
+        PROCESS_DEADLINE,
+        || provider_pids(&up.dir).is_empty().then_some(()),
+    );
+    let stale = stale_provider(&up);
+    let down = Command::new(env!("CARGO_BIN_EXE_mcm"))
+        .args(["down", "--purge", "--data-dir"])
+        .arg(&up.dir)
+        .output()
+        .expect("mcm down runs");
+    assert!(down.status.success(), "{}", String::from_utf8_lossy(&down.stderr));
+    assert!(
+        String::from_utf8_lossy(&down.stdout).contains("stopped the local provider"),
+        "{}",
+        String::from_utf8_lossy(&down.stdout)
+    );
+    let _ = stale.finish(PROCESS_DEADLINE);
+    assert!(provider_pids(&up.dir).is_empty(), "no provider left");
+    assert!(!up.dir.exists(), "--purge removes the data directory");
+}
