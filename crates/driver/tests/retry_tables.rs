@@ -31,7 +31,9 @@ fn spec_dir() -> Option<PathBuf> {
         return Some(dir);
     }
     let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let beside = workspace.join("../shared/spec");
+    let workspace = workspace.canonicalize().unwrap_or(workspace);
+    // ../shared/spec relative to the workspace root.
+    let beside = workspace.parent().unwrap_or(&workspace).join("shared/spec");
     if beside.is_dir() {
         return Some(beside);
     }
