@@ -1,5 +1,6 @@
-//! Every manifest in shared/examples/ deserializes into the typed objects, validates clean, and loses no field when
-//! written back: "A manifest written for the reference implementation must work here unchanged."
+//! Every manifest in the repository's examples/ (local and sim) deserializes into the typed objects, validates
+//! clean, and loses no field when written back: "A manifest written for the reference implementation must work here
+//! unchanged."
 
 use k8s_openapi::api::core::v1::Secret;
 use mcm_api::{Machine, MachineClass, MachineDeployment, MachineSet, validation};

@@ -13,6 +13,7 @@ use clap::{Args, Parser, Subcommand};
 mod bench;
 mod capi;
 mod client;
+mod examples;
 mod node_agent;
 mod provider;
 mod run;
@@ -39,6 +40,9 @@ enum Command {
     /// MachineDeployment) and of the Cluster API provider's two (MCMMachine, MCMMachineTemplate) as YAML, ready for
     /// `kubectl apply -f -`.
     Crds(CrdsArgs),
+    /// Print the example manifests built into this binary (the repository's examples/), ready for
+    /// `mcm examples local | kubectl apply -f -` from any directory; `--list` names them, `--dir D` writes them.
+    Examples(examples::ExamplesArgs),
     /// Run the embedded Kubernetes-compatible API server alone (for provider authors and tests). It writes
     /// DATA_DIR/kubeconfig (mode 0600) for kubectl, keeps its state in DATA_DIR, and runs until SIGINT or SIGTERM.
     Apiserver(ApiserverArgs),
@@ -233,6 +237,7 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
             }
             write_stdout(&yaml)?;
         }
+        Command::Examples(args) => examples::main(&args)?,
         Command::Run(args) => {
             init_logging(&cli.log_format, cli.verbosity);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;

@@ -31,7 +31,8 @@ enum ProviderCommand {
     /// Run the provider conformance suite against a live provider: identity and probe, CreateMachine (and its
     /// idempotency), GetMachineStatus, ListMachines, InitializeMachine, an invalid providerSpec, error messages,
     /// DeleteMachine (and its idempotency), NotFound after deletion, GetVolumeIDs. Creates and deletes machines
-    /// named <name-prefix>-<n> with the class given. Exit code 1 when a check fails.
+    /// named <name-prefix>-<n> with the class given (default: the built-in local example's class and secret, see
+    /// `mcm examples local`). Exit code 0 when no check failed, 1 otherwise.
     Test(TestArgs),
 }
 
@@ -40,12 +41,18 @@ struct TestArgs {
     /// The provider's endpoint (else MC_ENDPOINT): unix:///path/to.sock or tcp://host:port.
     #[arg(long, env = "MC_ENDPOINT")]
     endpoint: String,
-    /// A valid MachineClass of the provider (YAML or JSON file).
-    #[arg(long)]
-    class: PathBuf,
-    /// The class's Secret (YAML or JSON file; never printed).
-    #[arg(long)]
-    secret: PathBuf,
+    /// A valid MachineClass of the provider (YAML or JSON file). Default: the built-in example
+    /// examples/local/01-machine-class.yaml (class local-small, whose providerSpec the sim and local providers take).
+    #[arg(long, requires = "secret")]
+    class: Option<PathBuf>,
+    /// The class's Secret (YAML or JSON file; never printed). Default: the built-in example
+    /// examples/local/00-secret.yaml.
+    #[arg(long, requires = "class")]
+    secret: Option<PathBuf>,
+    /// The report: `text` (a line per check) or `json` (one JSON object on stdout, nothing else: each check's id,
+    /// the spec sentence it checks, its result `pass`, `fail` or `skip` and its message, and the verdict).
+    #[arg(long, value_enum, default_value_t = Output::Text)]
+    output: Output,
     /// Machines are named <name-prefix>-<n>.
     #[arg(long, default_value = "mcm-conformance")]
     name_prefix: String,
@@ -61,6 +68,15 @@ struct TestArgs {
     /// The CA (PEM) of the provider's certificate.
     #[arg(long)]
     tls_ca: Option<PathBuf>,
+}
+
+/// The format of `mcm provider test`'s report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    /// One line per check, then a summary.
+    Text,
+    /// One JSON object.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -209,8 +225,18 @@ fn serve_result(result: Result<(), mcm_grpc::ServeError>, command: &str) -> anyh
     }
 }
 
-/// Reads a Kubernetes object from a YAML or JSON file, naming the file in errors.
-fn read_object<T: serde::de::DeserializeOwned>(path: &std::path::Path, what: &str) -> anyhow::Result<T> {
+/// Reads a Kubernetes object from a YAML or JSON file (or, without a file, the built-in example), naming the file
+/// in errors.
+fn read_object<T: serde::de::DeserializeOwned>(
+    path: Option<&std::path::Path>,
+    what: &str,
+    example: &str,
+) -> anyhow::Result<T> {
+    let Some(path) = path else {
+        let example = crate::examples::Set::Local.manifest(example)?;
+        return serde_saphyr::from_str(example.text)
+            .with_context(|| format!("the built-in example {} is not a valid {what}", example.name));
+    };
     let text =
         std::fs::read_to_string(path).with_context(|| format!("--{what}: reading {}", path.display()))?;
     serde_saphyr::from_str(&text)
@@ -220,10 +246,11 @@ fn read_object<T: serde::de::DeserializeOwned>(path: &std::path::Path, what: &st
 async fn conformance(args: TestArgs) -> anyhow::Result<bool> {
     let endpoint: mcm_grpc::Endpoint = args.endpoint.parse().context("--endpoint")?;
     let input = mcm_grpc::conformance::Input {
-        class: read_object(&args.class, "class")?,
-        secret: read_object(&args.secret, "secret")?,
+        class: read_object(args.class.as_deref(), "class", "01-machine-class.yaml")?,
+        secret: read_object(args.secret.as_deref(), "secret", "00-secret.yaml")?,
         name_prefix: args.name_prefix,
     };
+    let built_in = args.class.is_none();
     let tls = args.tls_cert.map(|cert| mcm_grpc::TlsFiles {
         cert,
         key: args.tls_key.unwrap_or_default(),
@@ -238,10 +265,101 @@ async fn conformance(args: TestArgs) -> anyhow::Result<bool> {
         },
     )
     .with_context(|| format!("--endpoint {endpoint}"))?;
-    println!("mcm provider test: {endpoint}");
+    let class = input.class.metadata.name.clone().unwrap_or_default();
+    if args.output == Output::Text {
+        println!("mcm provider test: {endpoint}");
+        if built_in {
+            println!(
+                "mcm provider test: class {class} and its secret from the built-in local examples (`mcm examples \
+                 local`)"
+            );
+        }
+    }
     let checks = mcm_grpc::conformance::run(&driver, &input).await;
-    print!("{}", mcm_grpc::conformance::render(&checks));
-    Ok(mcm_grpc::conformance::passed(&checks))
+    let passed = mcm_grpc::conformance::passed(&checks);
+    let report = match args.output {
+        Output::Text => mcm_grpc::conformance::render(&checks),
+        Output::Json => {
+            let mut json = serde_json::to_string_pretty(&json_report(&endpoint, &class, &checks, passed))
+                .context("writing the report as JSON")?;
+            json.push('\n');
+            json
+        }
+    };
+    std::io::Write::write_all(&mut std::io::stdout().lock(), report.as_bytes())
+        .context("writing the report to standard output")?;
+    Ok(passed)
+}
+
+/// The report of `mcm provider test --output json`: the endpoint, the class used, whether the provider conforms
+/// (no check failed), the counts, and each check.
+#[derive(Debug, serde::Serialize)]
+struct JsonReport<'a> {
+    endpoint: String,
+    class: &'a str,
+    conforms: bool,
+    summary: Summary,
+    checks: Vec<JsonCheck<'a>>,
+}
+
+/// How many checks had each result.
+#[derive(Debug, serde::Serialize)]
+struct Summary {
+    passed: usize,
+    failed: usize,
+    skipped: usize,
+}
+
+/// One check: its id, its `result` (`pass`, `fail` or `skip`), its `message` (what was seen, or why it was skipped;
+/// empty for a pass) and the spec sentence it checks (`requirement`).
+#[derive(Debug, serde::Serialize)]
+struct JsonCheck<'a> {
+    id: &'static str,
+    result: &'static str,
+    message: &'a str,
+    requirement: &'static str,
+}
+
+fn json_report<'a>(
+    endpoint: &mcm_grpc::Endpoint,
+    class: &'a str,
+    checks: &'a [mcm_grpc::conformance::Check],
+    passed: bool,
+) -> JsonReport<'a> {
+    let checks: Vec<JsonCheck<'a>> = checks
+        .iter()
+        .map(|check| {
+            let (result, message) = outcome_result(&check.outcome);
+            JsonCheck {
+                id: check.name,
+                result,
+                message,
+                requirement: check.requirement,
+            }
+        })
+        .collect();
+    let count = |result: &str| checks.iter().filter(|check| check.result == result).count();
+    JsonReport {
+        endpoint: endpoint.to_string(),
+        class,
+        conforms: passed,
+        summary: Summary {
+            passed: count("pass"),
+            failed: count("fail"),
+            skipped: count("skip"),
+        },
+        checks,
+    }
+}
+
+/// The `result` and `message` of an outcome in the JSON report.
+fn outcome_result(outcome: &mcm_grpc::conformance::Outcome) -> (&'static str, &str) {
+    use mcm_grpc::conformance::Outcome;
+    match outcome {
+        Outcome::Passed => ("pass", ""),
+        Outcome::Failed(detail) => ("fail", detail),
+        Outcome::Skipped(detail) => ("skip", detail),
+    }
 }
 
 fn init_provider_logging(env: &ProviderEnv) {

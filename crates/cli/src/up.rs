@@ -345,19 +345,41 @@ fn print_next_steps(dir: &Path, url: &str, metrics: SocketAddr) {
     let kubeconfig = dir.join("kubeconfig");
     println!("mcm up: ready. API server {url}, data in {}", dir.display());
     println!("mcm up: metrics and health on http://{metrics} (/metrics, /healthz, /readyz)");
+    let mcm = mcm_command();
     println!("next:");
     println!("  export KUBECONFIG={}", kubeconfig.display());
-    println!("  kubectl apply -f examples/local/00-secret.yaml -f examples/local/01-machine-class.yaml");
-    println!("  kubectl apply -f examples/local/30-machine-deployment.yaml");
+    println!(
+        "  {mcm} examples local --list     # the built-in examples: a secret, classes, Machine, MachineSet, ..."
+    );
+    println!("  {mcm} examples local 00-secret 01-machine-class 30-machine-deployment | kubectl apply -f -");
+    println!("  {mcm} examples local | kubectl apply -f -   # all of them");
     println!("  kubectl get mcd,mcs,mc,nodes");
     println!(
-        "  mcm down --data-dir {}          # stop (machines keep running)",
+        "  {mcm} down --data-dir {}          # stop (machines keep running)",
         dir.display()
     );
     println!(
-        "  mcm down --data-dir {} --purge  # stop and remove every machine and all state",
+        "  {mcm} down --data-dir {} --purge  # stop and remove every machine and all state",
         dir.display()
     );
+}
+
+/// How to call this binary in the next steps: `mcm` when that is what PATH finds, else its full path, so that the
+/// commands work as printed from any directory.
+fn mcm_command() -> String {
+    let Ok(exe) = std::env::current_exe().and_then(std::fs::canonicalize) else {
+        return "mcm".to_owned();
+    };
+    let on_path = std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path)
+            .find_map(|dir| std::fs::canonicalize(dir.join("mcm")).ok())
+            .is_some_and(|found| found == exe)
+    });
+    if on_path {
+        "mcm".to_owned()
+    } else {
+        exe.display().to_string()
+    }
 }
 
 /// `mcm down`.

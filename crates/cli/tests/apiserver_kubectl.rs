@@ -1,5 +1,5 @@
 //! End to end: the real `mcm apiserver` binary against the real `kubectl` (v1.32), for the commands users run on
-//! machine objects (see shared/reference/kubectl-requests.md). Every test starts its own server on a free port in
+//! machine objects (docs/apiserver.md lists what kubectl 1.32 needs). Every test starts its own server on a free port in
 //! a directory of its own, so the tests run in parallel.
 
 mod support;
@@ -19,13 +19,11 @@ use support::{COMMAND_DEADLINE, CONDITION_DEADLINE, Server, arg, kubectl_at, pol
 const MACHINES: &str = "/apis/machine.sapcloud.io/v1alpha1/namespaces/default/machines";
 
 fn examples_dir() -> PathBuf {
-    let dir = mcm_testkit::shared_dir().join("examples/local");
-    assert!(dir.is_dir(), "no examples in {}", dir.display());
-    dir
+    mcm_testkit::examples_dir().join("local")
 }
 
 fn example(file: &str) -> PathBuf {
-    examples_dir().join(file)
+    mcm_testkit::example("local", file)
 }
 
 fn apply_examples(server: &Server) -> String {

@@ -66,7 +66,7 @@ const NOT_EXERCISED: &[(&str, &str, &str)] = &[
 
 /// An example manifest with its namespace (`default`) replaced by the Deployment's.
 fn example_in(server: &Server, file: &str, namespace: &str) -> PathBuf {
-    let path = mcm_testkit::shared_dir().join("examples/local").join(file);
+    let path = mcm_testkit::example("local", file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
     server.write(
         file,

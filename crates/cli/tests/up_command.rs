@@ -19,7 +19,7 @@ use support::{Background, COMMAND_DEADLINE, arg, poll};
 const SLOW: Duration = Duration::from_secs(90);
 
 fn example(file: &str) -> PathBuf {
-    mcm_testkit::shared_dir().join("examples/local").join(file)
+    mcm_testkit::example("local", file)
 }
 
 struct Up {

@@ -1,59 +1,41 @@
 //! Test support shared by the workspace's suites. Only ever a dev-dependency.
 //!
-//! The project's specification and example manifests live in the `shared/` folder beside the checkout (CI clones
-//! the repository with `shared/` next to it). Tests read them from there, so that what is tested is the text the
-//! project is held to, not a copy that could drift.
+//! The project's example manifests live in the repository's own `examples/` folder (one folder per provider:
+//! `examples/local`, `examples/sim`). They are the fixtures of the end-to-end tests and what users apply, so the
+//! tests read them from there and a plain clone of the repository is all that is needed to run them.
 
 use std::path::{Path, PathBuf};
 
-/// The `shared/` folder: `$MCM_SHARED_DIR` when set, else the first `shared/` with a `spec/` folder found in the
-/// workspace's ancestors.
+/// The repository's `examples/` folder (found from this crate's `CARGO_MANIFEST_DIR`, so from any working
+/// directory).
 ///
 /// # Panics
-/// When neither is found: a test that needs the spec must fail loudly rather than pass without it.
-pub fn shared_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("MCM_SHARED_DIR") {
-        let dir = PathBuf::from(dir);
-        assert!(
-            dir.join("spec").is_dir(),
-            "MCM_SHARED_DIR={} has no spec/ folder",
-            dir.display()
-        );
-        return dir;
-    }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    workspace
-        .ancestors()
-        .map(|dir| dir.join("shared"))
-        .find(|dir| dir.join("spec").is_dir())
-        .unwrap_or_else(|| {
-            panic!(
-                "no shared/ folder with spec/ found above {}; clone the project with shared/ beside it or set \
-                 MCM_SHARED_DIR",
-                workspace.display()
-            )
-        })
+/// When the folder is missing: the checkout is incomplete.
+pub fn examples_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let dir = dir.canonicalize().unwrap_or(dir);
+    assert!(
+        dir.is_dir(),
+        "the repository's examples/ folder is missing at {}",
+        dir.display()
+    );
+    dir
 }
 
-/// The text of the spec file whose name starts with `prefix` (for example `"000_"`).
+/// The path of one example manifest, `examples/<provider>/<file>` (for example `("local", "00-secret.yaml")`).
 ///
 /// # Panics
-/// When the file is missing or unreadable.
-pub fn spec_text(prefix: &str) -> String {
-    let dir = shared_dir().join("spec");
-    let entry = std::fs::read_dir(&dir)
-        .unwrap_or_else(|err| panic!("cannot list {}: {err}", dir.display()))
-        .filter_map(Result::ok)
-        .find(|entry| entry.file_name().to_string_lossy().starts_with(prefix))
-        .unwrap_or_else(|| panic!("no spec file {prefix}* in {}", dir.display()));
-    std::fs::read_to_string(entry.path())
-        .unwrap_or_else(|err| panic!("cannot read {}: {err}", entry.path().display()))
+/// When the file does not exist.
+pub fn example(provider: &str, file: &str) -> PathBuf {
+    let path = examples_dir().join(provider).join(file);
+    assert!(path.is_file(), "no example {}", path.display());
+    path
 }
 
-/// Every YAML manifest under `shared/examples/`, as (path, text), sorted by path.
+/// Every YAML manifest under `examples/`, as (path, text), sorted by path.
 ///
 /// # Panics
-/// When the examples cannot be read.
+/// When the examples cannot be read, or there are none.
 pub fn example_manifests() -> Vec<(PathBuf, String)> {
     fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
         let entries =
@@ -70,7 +52,7 @@ pub fn example_manifests() -> Vec<(PathBuf, String)> {
         }
     }
     let mut out = Vec::new();
-    walk(&shared_dir().join("examples"), &mut out);
+    walk(&examples_dir(), &mut out);
     out.sort();
     assert!(!out.is_empty(), "no example manifests found");
     out

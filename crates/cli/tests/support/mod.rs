@@ -365,7 +365,7 @@ impl Server {
         )
     }
 
-    /// Applies example manifests of `shared/examples/local`, in the order given.
+    /// Applies example manifests of the repository's `examples/local`, in the order given.
     pub fn apply_examples(&self, files: &[&str]) {
         for file in files {
             self.kubectl_ok(&["apply", "-f", arg(&example(file))]);
@@ -425,11 +425,9 @@ pub fn kubectl_at(kubeconfig: &Path, cache_dir: &Path, args: &[&str]) -> Output 
     .finish(COMMAND_DEADLINE)
 }
 
-/// An example manifest of `shared/examples/local` (which must exist).
+/// An example manifest of the repository's `examples/local` (which must exist).
 pub fn example(file: &str) -> PathBuf {
-    let path = mcm_testkit::shared_dir().join("examples/local").join(file);
-    assert!(path.is_file(), "no example {}", path.display());
-    path
+    mcm_testkit::example("local", file)
 }
 
 /// `mcm provider sim serve` on a unix socket in the test's directory, its simulated kubelets on `server`, once it

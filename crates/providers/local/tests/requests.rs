@@ -207,7 +207,7 @@ fn sizes_are_the_documented_ones() {
 /// finds `mcm` in the bin dir.
 #[tokio::test]
 async fn the_example_manifests_work() {
-    let examples = mcm_testkit::shared_dir().join("examples/local");
+    let examples = mcm_testkit::examples_dir().join("local");
     let read = |file: &str| std::fs::read_to_string(examples.join(file)).expect("the example");
     for file in ["01-machine-class.yaml", "02-machine-class-medium.yaml"] {
         let class: MachineClass = serde_saphyr::from_str(&read(file)).expect("a class");
