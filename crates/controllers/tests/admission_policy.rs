@@ -2,7 +2,8 @@
 //! the corpus of bad input (`corpus/mod.rs`, the one the embedded server and the controllers are tested with in
 //! `invalid_input.rs`): its CEL rules, evaluated here with the `cel` interpreter as kube-apiserver evaluates a
 //! policy (match conditions, then variables in order, then each validation, its `messageExpression` on failure),
-//! refuse every bad object with a message and `fieldPath` naming the field, accept the good ones, and let through
+//! refuse every bad object with a message naming the field (`spec.replicas: Invalid value: -1: ...`; a policy's
+//! validations have no `fieldPath`, unlike a CRD's rules), accept the good ones, and let through
 //! what must never be blocked (an object being deleted, a metadata-only update of an invalid object).
 //!
 //! Only standard CEL is used (`has`, `all`, `in`, `matches`, `size`, `string`, `type`), no Kubernetes library
@@ -39,7 +40,6 @@ impl Rule {
 struct Validation {
     rule: Rule,
     message: Rule,
-    field_path: String,
 }
 
 /// One policy of the file: the resource it matches, its match conditions, variables and validations.
@@ -58,7 +58,7 @@ enum Verdict {
     NotMatched,
     /// Every validation holds.
     Admitted,
-    /// These validations failed: (fieldPath, message).
+    /// These validations failed: (the field the message names first, message).
     Refused(Vec<(String, String)>),
 }
 
@@ -121,7 +121,6 @@ fn policies(env: &Env) -> Vec<Policy> {
                             env,
                             v["messageExpression"].as_str().expect("a messageExpression"),
                         ),
-                        field_path: v["fieldPath"].as_str().expect("a fieldPath").to_owned(),
                     })
                     .collect(),
             }
@@ -216,7 +215,10 @@ impl Evaluator {
             .iter()
             .filter(|v| !Self::holds(&context, &v.rule))
             .map(|v| match Self::evaluate(&context, &v.message) {
-                cel::Value::String(message) => (v.field_path.clone(), (*message).clone()),
+                cel::Value::String(message) => (
+                    message.split(':').next().unwrap_or_default().to_owned(),
+                    (*message).clone(),
+                ),
                 other => panic!("{}: the message is not a string: {other:?}", v.message.source),
             })
             .collect();
