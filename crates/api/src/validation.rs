@@ -27,6 +27,8 @@ pub enum ErrorKind {
     Required,
     /// The value is not valid; carries the value as written.
     Invalid(String),
+    /// The number is not valid (printed bare, as Kubernetes prints numbers: `Invalid value: -1`).
+    InvalidNumber(i64),
     /// The value is not one of the supported ones; carries the value and the supported values.
     NotSupported(String, Vec<&'static str>),
     /// The value is not allowed here.
@@ -63,6 +65,11 @@ impl FieldError {
         Self::new(path, ErrorKind::Invalid(value.to_string()), detail)
     }
 
+    /// `path: Invalid value: -1: detail`, for a number.
+    pub fn invalid_number(path: impl Into<String>, value: i64, detail: impl Into<String>) -> Self {
+        Self::new(path, ErrorKind::InvalidNumber(value), detail)
+    }
+
     /// `path: Forbidden: detail`.
     pub fn forbidden(path: impl Into<String>, detail: impl Into<String>) -> Self {
         Self::new(path, ErrorKind::Forbidden, detail)
@@ -75,6 +82,7 @@ impl fmt::Display for FieldError {
         match &self.kind {
             ErrorKind::Required => f.write_str("Required value")?,
             ErrorKind::Invalid(value) => write!(f, "Invalid value: {value:?}")?,
+            ErrorKind::InvalidNumber(value) => write!(f, "Invalid value: {value}")?,
             ErrorKind::NotSupported(value, supported) => {
                 write!(f, "Unsupported value: {value:?}")?;
                 if !supported.is_empty() {
@@ -139,16 +147,16 @@ pub fn validate_machine_deployment(deployment: &MachineDeployment) -> Vec<FieldE
     if let Some(deadline) = spec.progress_deadline_seconds
         && deadline <= spec.min_ready_seconds
     {
-        errors.push(FieldError::invalid(
+        errors.push(FieldError::invalid_number(
             "spec.progressDeadlineSeconds",
-            deadline,
+            deadline.into(),
             "must be greater than minReadySeconds",
         ));
     }
     if let Some(rollback) = &spec.rollback_to
         && rollback.revision < 0
     {
-        errors.push(FieldError::invalid(
+        errors.push(FieldError::invalid_number(
             "spec.rollbackTo.revision",
             rollback.revision,
             "must be greater than or equal to 0",
@@ -235,9 +243,9 @@ fn json_kind(value: &serde_json::Value) -> &'static str {
 
 fn validate_non_negative(value: i32, path: &str, errors: &mut Vec<FieldError>) {
     if value < 0 {
-        errors.push(FieldError::invalid(
+        errors.push(FieldError::invalid_number(
             path,
-            value,
+            value.into(),
             "must be greater than or equal to 0",
         ));
     }

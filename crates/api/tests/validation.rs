@@ -72,8 +72,7 @@ fn every_problem_is_reported_at_once() {
     }));
     let found = messages(&validation::validate_machine_deployment(&d));
     assert!(
-        found
-            .contains(&"spec.replicas: Invalid value: \"-1\": must be greater than or equal to 0".to_owned()),
+        found.contains(&"spec.replicas: Invalid value: -1: must be greater than or equal to 0".to_owned()),
         "{found:?}"
     );
     assert!(
@@ -211,7 +210,7 @@ fn machine_set_replicas_and_class_are_checked() {
     assert_eq!(
         messages(&validation::validate_machine_set(&set)),
         [
-            "spec.replicas: Invalid value: \"-2\": must be greater than or equal to 0",
+            "spec.replicas: Invalid value: -2: must be greater than or equal to 0",
             "spec.template.spec.class.name: Required value",
         ]
     );
@@ -229,7 +228,7 @@ fn machine_class_reference_and_durations_are_checked() {
         [
             "spec.class.kind: Required value",
             "spec.healthTimeout: Invalid value: \"-1m\": must be a Go duration such as 10m or 1h30m (duration \"-1m\" must not be negative)",
-            "spec.maxEvictRetries: Invalid value: \"-3\": must be greater than or equal to 0",
+            "spec.maxEvictRetries: Invalid value: -3: must be greater than or equal to 0",
         ]
     );
 }

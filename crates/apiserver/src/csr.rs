@@ -696,6 +696,7 @@ mod tests {
             namespace: String::new(),
             now: jiff::Timestamp::now(),
             field_validation: FieldValidation::Strict,
+            admission: false,
         };
         let admin = user("admin", &["system:masters"]);
         stored_pending(&store, &ctx, &pki, "system:node:n7", &admin);
@@ -755,6 +756,7 @@ mod tests {
             namespace: String::new(),
             now: jiff::Timestamp::now(),
             field_validation: FieldValidation::Strict,
+            admission: false,
         };
         let mut object = csr("admin", "system:nodes", KUBELET_USAGES);
         prepare_create(

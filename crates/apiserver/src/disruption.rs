@@ -245,6 +245,7 @@ pub fn evict(
         namespace: namespace.to_owned(),
         now,
         field_validation: FieldValidation::Ignore,
+        admission: false,
     };
     let terminal = matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
     let deleting = !pod["metadata"]["deletionTimestamp"].is_null();

@@ -229,6 +229,7 @@ impl Item {
             },
             now,
             field_validation: FieldValidation::Ignore,
+            admission: false,
         }
     }
 }
@@ -670,6 +671,7 @@ mod tests {
             namespace: namespace.to_owned(),
             now: jiff::Timestamp::now(),
             field_validation: FieldValidation::Strict,
+            admission: false,
         }
     }
 

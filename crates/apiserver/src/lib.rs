@@ -4,6 +4,7 @@
 //! controllers and kubectl need, and the custom resources of the CustomResourceDefinitions it is given, following the Kubernetes API conventions for that subset. It is the embedded
 //! default under `mcm up` and the ground of every integration and end-to-end test. See docs/apiserver.md.
 
+pub mod admission;
 pub mod auth;
 pub mod crd;
 pub mod csr;

@@ -40,6 +40,8 @@ pub struct Context {
     pub now: jiff::Timestamp,
     /// Treatment of unknown fields.
     pub field_validation: FieldValidation,
+    /// Validating admission of the machine kinds ([`crate::admission`]) on create, update and patch.
+    pub admission: bool,
 }
 
 /// The result of a write.
@@ -362,6 +364,7 @@ pub fn create(store: &Store, ctx: &Context, mut object: Value) -> Result<Outcome
     meta.insert("name".into(), json!(name));
     validate_name(ctx, &name)?;
     validate_fields(ctx, &mut object, &mut warnings)?;
+    crate::admission::admit(ctx, None, &object)?;
     fold_string_data(ctx, &mut object);
     let meta = meta_mut(&mut object);
     meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
@@ -596,6 +599,7 @@ pub fn update(store: &Store, ctx: &Context, name: &str, mut object: Value) -> Re
         check_resource_version(ctx, current, requested_rv.as_deref())?;
         check_immutable(ctx, current, &object)?;
         keep_server_fields(&ctx.def, current, &mut object, true);
+        crate::admission::admit(ctx, Some(current), &object)?;
         decide(ctx, current, object)
     })?;
     Ok(outcome(stored, warnings))
@@ -725,6 +729,7 @@ pub fn patch(
                 fold_string_data(ctx, &mut patched);
                 check_immutable(ctx, current, &patched)?;
                 keep_server_fields(&ctx.def, current, &mut patched, true);
+                crate::admission::admit(ctx, Some(current), &patched)?;
                 patched
             }
         };
@@ -890,6 +895,7 @@ pub fn finalize_namespaces(store: &Store, registry: &Registry, now: jiff::Timest
                 namespace: ns_name.clone(),
                 now,
                 field_validation: FieldValidation::Ignore,
+                admission: false,
             };
             let (items, _) = store.list(&resource_id(def), Some(&ns_name));
             for item in items {
@@ -921,6 +927,7 @@ pub fn ensure_default_namespaces(store: &Store, registry: &Registry) -> Result<(
         namespace: String::new(),
         now: jiff::Timestamp::now(),
         field_validation: FieldValidation::Strict,
+        admission: false,
     };
     for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         if store.get("/namespaces", "", name).is_none() {

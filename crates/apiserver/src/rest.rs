@@ -50,6 +50,8 @@ pub struct AppState {
     pub hooks: Arc<crate::hooks::Hooks>,
     /// Requests counted per user, verb and resource.
     pub requests: Arc<crate::requests::RequestCounts>,
+    /// Validating admission of the machine kinds ([`crate::admission`]).
+    pub machine_admission: bool,
 }
 
 /// The parsed query string.
@@ -822,6 +824,7 @@ impl ResourceRequest<'_> {
             namespace: self.namespace().to_owned(),
             now: jiff::Timestamp::now(),
             field_validation: self.field_validation()?,
+            admission: self.state.machine_admission,
         })
     }
 

@@ -55,6 +55,9 @@ pub struct Config {
     /// A static token file (kube-apiserver's `--token-auth-file`, [`auth::TokenFile`]): more users besides the
     /// admin, read once at start. None by default.
     pub token_auth_file: Option<PathBuf>,
+    /// Refuse invalid Machines, MachineSets, MachineDeployments and MachineClasses with 422 ([`crate::admission`]);
+    /// on by default. Tests turn it off to store invalid objects, as a cluster without the admission policy would.
+    pub machine_admission: bool,
 }
 
 impl Config {
@@ -74,6 +77,7 @@ impl Config {
             watch_delay: Duration::ZERO,
             failure: None,
             token_auth_file: None,
+            machine_admission: true,
         }
     }
 }
@@ -199,6 +203,7 @@ impl ApiServer {
             shutdown: shutdown_rx.clone(),
             hooks: Arc::clone(&hooks),
             requests: Arc::clone(&requests),
+            machine_admission: config.machine_admission,
         };
         let tls = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config()?));
         let mut tasks = JoinSet::new();

@@ -673,6 +673,22 @@ fn kubectl_create_of_bad_input_fails_and_creates_nothing() {
         assert!(err.contains(expected), "no {expected:?} in\n{err}");
     }
 
+    // Valid by the schema, refused by admission (issue 19), as kube-apiserver refuses a Deployment of -1 replicas.
+    let negative = server.write(
+        "negative.yaml",
+        "apiVersion: machine.sapcloud.io/v1alpha1\nkind: MachineDeployment\nmetadata:\n  name: bad-deployment\nspec:\n  \
+         replicas: -1\n  selector:\n    matchLabels: { app: a }\n  template:\n    metadata:\n      labels: { app: a }\n    \
+         spec:\n      class: { kind: MachineClass, name: small }\n",
+    );
+    let err = server.kubectl_err(&["create", "-f", arg(&negative)]);
+    assert!(
+        err.contains(
+            r#"The MachineDeployment "bad-deployment" is invalid: spec.replicas: Invalid value: -1: must be greater than or equal to 0"#
+        ),
+        "{err}"
+    );
+    assert_eq!(server.kubectl_ok(&["get", "mcd", "-o", "name"]), "");
+
     let err = server.kubectl_err(&["get", "mc", "--token=wrong"]);
     assert!(err.contains("You must be logged in to the server"), "{err}");
     let good = server.write("good.yaml", &machine_yaml("good-machine", ""));

@@ -19,6 +19,7 @@ use deploy::{
 };
 use k8s_openapi::{
     api::{
+        admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding},
         apps::v1::Deployment,
         core::v1::{ConfigMap, Container, Namespace, Probe, Secret, Service, ServiceAccount},
         rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
@@ -44,6 +45,12 @@ fn round_trip(document: &Document) -> Value {
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => through::<ClusterRole>(document),
         ("rbac.authorization.k8s.io/v1", "RoleBinding") => through::<RoleBinding>(document),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => through::<ClusterRoleBinding>(document),
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+            through::<ValidatingAdmissionPolicy>(document)
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+            through::<ValidatingAdmissionPolicyBinding>(document)
+        }
         ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => {
             through::<CustomResourceDefinition>(document)
         }
@@ -110,6 +117,8 @@ fn every_document_deserializes_as_its_kind_and_loses_no_field() {
         "ClusterRole",
         "ClusterRoleBinding",
         "Deployment",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ] {
         assert!(kinds.contains(kind), "deploy/ has a {kind}: {kinds:?}");
     }

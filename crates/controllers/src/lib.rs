@@ -6,6 +6,7 @@ mod cache;
 pub mod deletion;
 pub mod drain;
 pub mod events;
+mod invalid;
 pub mod leader;
 pub mod logging;
 pub mod machine;

@@ -379,10 +379,10 @@ fn error_policy(machine: Arc<Machine>, error: &Error, _: Arc<Context>) -> Action
 }
 
 /// The merged secret of a class: `secretRef` data with `credentialsSecretRef` data on top (credentials win). A
-/// missing secret counts as empty, as in the reference; the second value tells whether one was missing.
-fn merged_secret(ctx: &Context, class: &MachineClass) -> (Secret, bool) {
+/// missing secret counts as empty, as in the reference; the second value names the missing ones
+/// (`mcm_core::validity::missing_secrets`).
+fn merged_secret(ctx: &Context, class: &MachineClass) -> (Secret, Vec<String>) {
     let mut data: BTreeMap<String, ByteString> = BTreeMap::new();
-    let mut missing = false;
     for reference in [&class.secret_ref, &class.credentials_secret_ref]
         .into_iter()
         .flatten()
@@ -394,11 +394,13 @@ fn merged_secret(ctx: &Context, class: &MachineClass) -> (Secret, bool) {
             .namespace
             .clone()
             .unwrap_or_else(|| ctx.config.namespace.clone());
-        match ctx.secrets.get(&ObjectRef::new(name).within(&namespace)) {
-            Some(secret) => data.extend(secret.data.clone().unwrap_or_default()),
-            None => missing = true,
+        if let Some(secret) = ctx.secrets.get(&ObjectRef::new(name).within(&namespace)) {
+            data.extend(secret.data.clone().unwrap_or_default());
         }
     }
+    let missing = mcm_core::validity::missing_secrets(class, &ctx.config.namespace, |namespace, name| {
+        ctx.secrets.get(&ObjectRef::new(name).within(namespace)).is_some()
+    });
     (
         Secret {
             data: Some(data),
@@ -523,9 +525,16 @@ async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, E
     let Some(class) = class.filter(|_| problems.is_empty()) else {
         return report_invalid(&machine, &ctx, &problems).await;
     };
-    let (secret, secret_missing) = merged_secret(&ctx, &class);
-    if secret_missing && waiting_for_references(&machine) {
-        return Ok(Action::requeue(CLASS_ARRIVAL_GRACE));
+    let (secret, missing_secrets) = merged_secret(&ctx, &class);
+    if !missing_secrets.is_empty() {
+        if waiting_for_references(&machine) {
+            return Ok(Action::requeue(CLASS_ARRIVAL_GRACE));
+        }
+        if creation::needs_creation(&machine) {
+            // Named as it is (not as a missing userData key); the secret's arrival reconciles the machine.
+            report_error(&machine, &ctx, &missing_secrets.join("; "), "SecretNotFound").await?;
+            return Ok(Action::requeue(ctx.config.settings.retry.await_change_resync));
+        }
     }
     let redactor = Redactor::from_secret_data(secret.data.as_ref().unwrap_or(&BTreeMap::new()));
     let now = jiff::Timestamp::now();

@@ -21,6 +21,7 @@ use mcm_core::finalizers::FinalizerChange;
 use mcm_core::machineset::{
     self, Expectations, MachineSetInput, ManageResult, ReplicaFailure, ReplicaFailureReason,
 };
+use mcm_core::validity::{self, InvalidSpec};
 
 use crate::events::{EventType, Recorder};
 
@@ -45,6 +46,8 @@ struct Context {
     owners: crate::owners::OwnerIndex,
     expectations: std::sync::Mutex<BTreeMap<String, Expectations>>,
     recorder: Recorder,
+    /// The invalid sets warned about.
+    warned: crate::invalid::Warned,
 }
 
 impl Context {
@@ -129,6 +132,7 @@ pub async fn run_with_metrics(
         machines,
         owners,
         expectations: std::sync::Mutex::default(),
+        warned: crate::invalid::Warned::default(),
     });
     let shutdown = shutdown.boxed().shared();
     let work = controller
@@ -188,6 +192,11 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
         .owners
         .machines(&ctx.machines, &ctx.config.namespace, &uid, true);
     let claims = machineset::claim_machines(&set, all.iter().map(|m| &**m));
+    if set.metadata.deletion_timestamp.is_none()
+        && let Some(invalid) = validity::check_machine_set(&set)
+    {
+        return hold(&set, &claims.owned, &invalid, ctx, now).await;
+    }
     let mut owned: Vec<&Machine> = claims.owned.clone();
     for machine in &claims.adopt {
         match ctx
@@ -246,13 +255,6 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
                 &problem.to_string(),
             )
             .await;
-    }
-    for hold in &plan.holds {
-        if let machineset::Hold::Invalid(_) = hold {
-            ctx.recorder
-                .record(&*set, EventType::Warning, "InvalidSpec", &hold.to_string())
-                .await;
-        }
     }
     if plan.add_finalizer {
         if let Some(patch) = mcm_core::finalizers::patch(
@@ -365,7 +367,10 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
         }
         return Ok(Action::await_change());
     }
-    let status = machineset::status(&set, &owned, &result, now);
+    let mut status = machineset::status(&set, &owned, &result, now);
+    // Valid (again): a condition an invalid spec left goes.
+    status.update.status.conditions = validity::set_conditions(&status.update.status.conditions, None, now);
+    ctx.warned.forget(&*set);
     if status.update.changes(set.status.as_ref()) {
         ctx.sets()
             .patch_status(
@@ -380,5 +385,41 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
         .flatten()
         .min()
         .unwrap_or(ctx.config.resync);
+    Ok(Action::requeue(requeue))
+}
+
+/// A pass over an invalid set (`mcm_core::validity`): no adoption, release, creation, deletion or propagation; the
+/// status counts observed, `ReplicaFailure=True` with reason `InvalidSpec`, and one Warning Event per distinct
+/// problem.
+async fn hold(
+    set: &MachineSet,
+    owned: &[&Machine],
+    invalid: &InvalidSpec,
+    ctx: &Context,
+    now: jiff::Timestamp,
+) -> Result<Action, Error> {
+    let mut status = machineset::status(set, owned, &ManageResult::NotRun, now);
+    let current = set.status.clone().unwrap_or_default();
+    status.update.status.conditions = validity::set_conditions(&current.conditions, Some(invalid), now);
+    if status.update.changes(set.status.as_ref()) {
+        ctx.sets()
+            .patch_status(
+                &set.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(status.update.merge_patch()),
+            )
+            .await?;
+    }
+    ctx.warned
+        .warn(
+            &ctx.recorder,
+            set,
+            validity::set_invalid_message(&current.conditions),
+            invalid,
+        )
+        .await;
+    let requeue = status
+        .recheck_after
+        .map_or(ctx.config.resync, |r| r.min(ctx.config.resync));
     Ok(Action::requeue(requeue))
 }

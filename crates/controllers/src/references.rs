@@ -34,6 +34,11 @@ struct Context {
     uses: ClassUses,
     classes: Store<MachineClass>,
     resync: Duration,
+    /// The secrets, for the class pass: a class whose secret does not exist gets a Warning Event.
+    secrets: Option<Store<Secret>>,
+    recorder: crate::events::Recorder,
+    /// The classes warned about.
+    warned: crate::invalid::Warned,
 }
 
 /// Which machines use which MachineClass (machines naming a class of kind `MachineClass`), fed the machine watch:
@@ -182,12 +187,19 @@ pub async fn run_with_metrics(
     .try_flatten();
     let class_api = Api::<MachineClass>::namespaced(client.clone(), &namespace);
     let class_controller = Controller::new(class_api, watcher::Config::default());
+    let secret_controller = Controller::new(
+        Api::<Secret>::namespaced(client.clone(), &namespace),
+        watcher::Config::default(),
+    );
     let context = Arc::new(Context {
         client: client.clone(),
         namespace: namespace.clone(),
         uses,
         classes: class_controller.store(),
         resync,
+        secrets: Some(secret_controller.store()),
+        recorder: crate::events::Recorder::new(client.clone(), "machineclass-controller"),
+        warned: crate::invalid::Warned::default(),
     });
 
     let class_meter =
@@ -220,10 +232,6 @@ pub async fn run_with_metrics(
     .default_backoff()
     .reflect(class_writer)
     .touched_objects();
-    let secret_controller = Controller::new(
-        Api::<Secret>::namespaced(client.clone(), &namespace),
-        watcher::Config::default(),
-    );
     let secrets = secret_controller.store();
     let secret_store = secrets.clone();
     let secret_meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "secret", &secrets);
@@ -261,11 +269,14 @@ pub async fn run_with_metrics(
             )),
             secret_meter.error_policy(error_policy::<Secret>),
             Arc::new(Context {
+                recorder: crate::events::Recorder::new(client.clone(), "machineclass-controller"),
                 client,
                 namespace,
                 uses: context.uses.clone(),
                 classes: class_view,
                 resync,
+                secrets: None,
+                warned: crate::invalid::Warned::default(),
             }),
         )
         .for_each(|_| async {});
@@ -294,7 +305,44 @@ async fn reconcile_class(class: Arc<MachineClass>, ctx: Arc<Context>) -> Result<
             .await?;
         tracing::info!(class = %class.name_any(), ?change, "machine class finalizer");
     }
-    Ok(Action::requeue(ctx.resync))
+    Ok(check_secrets(&class, &ctx)
+        .await
+        .unwrap_or(Action::requeue(ctx.resync)))
+}
+
+/// How long a new class's secret may take to show up before the class is warned about: they arrive on different
+/// watches, often applied together.
+const SECRET_ARRIVAL_GRACE: Duration = Duration::from_secs(5);
+
+/// Warns once (an Event on the class) about each set of secret references whose Secret does not exist; `Some` when
+/// the class is to be looked at again sooner than the resync.
+async fn check_secrets(class: &MachineClass, ctx: &Context) -> Option<Action> {
+    let secrets = ctx.secrets.as_ref()?;
+    if !crate::cache::synced(secrets) {
+        return Some(Action::requeue(Duration::from_millis(100)));
+    }
+    let missing = mcm_core::validity::missing_secrets(class, &ctx.namespace, |namespace, name| {
+        secrets.get(&ObjectRef::new(name).within(namespace)).is_some()
+    });
+    if missing.is_empty() {
+        ctx.warned.forget(class);
+        return None;
+    }
+    let age = class
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map_or(SECRET_ARRIVAL_GRACE, |t| {
+            jiff::Timestamp::now().duration_since(t.0).unsigned_abs()
+        });
+    if age < SECRET_ARRIVAL_GRACE {
+        return Some(Action::requeue(SECRET_ARRIVAL_GRACE.saturating_sub(age)));
+    }
+    let message = missing.join("; ");
+    ctx.warned
+        .warn_once(&ctx.recorder, class, None, "SecretNotFound", &message, &message)
+        .await;
+    None
 }
 
 async fn reconcile_secret(secret: Arc<Secret>, ctx: Arc<Context>) -> Result<Action, Error> {

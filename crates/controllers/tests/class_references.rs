@@ -383,3 +383,69 @@ async fn a_class_and_its_secret_are_held_while_used_and_released_after() {
     .await;
     h.stop().await;
 }
+
+/// Issue 19: a class whose secret does not exist says so, on its machine (`lastOperation`, an Event) and once on the
+/// class, instead of reporting a missing `userData` key; nothing is created until the secret arrives, and then the
+/// machine runs.
+#[tokio::test]
+async fn a_class_whose_secret_does_not_exist_says_so_and_its_machine_waits_for_it() {
+    let h = Harness::start().await;
+    let class: MachineClass = serde_json::from_value(json!({
+        "metadata": { "name": "small" },
+        "provider": "sim",
+        "providerSpec": { "vmPool": "pool-a", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" } },
+        "secretRef": { "name": "boot", "namespace": "default" }
+    }))
+    .unwrap();
+    h.api::<MachineClass>()
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+    h.create_machine("m1", "MachineClass", "small").await;
+    let expected = r#"secretRef: Secret "boot" not found in namespace "default""#;
+    let machine = eventually("the machine to name the missing secret", || async {
+        h.machine("m1").await.filter(|m| {
+            m.status
+                .as_ref()
+                .is_some_and(|s| s.last_operation.description == expected)
+        })
+    })
+    .await;
+    assert!(!format!("{:?}", machine.status).contains("userData"));
+    for (object, reason) in [("m1", "SecretNotFound"), ("small", "SecretNotFound")] {
+        eventually(&format!("a Warning Event on {object}"), || async {
+            events_for(&h.client, object)
+                .await
+                .iter()
+                .any(|e| {
+                    e.type_.as_deref() == Some("Warning")
+                        && e.reason.as_deref() == Some(reason)
+                        && e.message.as_deref().is_some_and(|m| m.contains(expected))
+                })
+                .then_some(())
+        })
+        .await;
+    }
+    assert!(h.driver.vms().is_empty(), "nothing was created");
+    assert_eq!(
+        h.driver.faults().calls(DriverMethod::CreateMachine),
+        0,
+        "no CreateMachine without the secret"
+    );
+
+    // The secret arrives: the machine runs, and the class was warned about once.
+    h.create_secret().await;
+    eventually("m1 Running", || async {
+        h.machine("m1")
+            .await
+            .filter(|m| m.phase() == Some(MachinePhase::Running))
+    })
+    .await;
+    let class_warnings = events_for(&h.client, "small")
+        .await
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("SecretNotFound"))
+        .count();
+    assert_eq!(class_warnings, 1);
+    h.stop().await;
+}

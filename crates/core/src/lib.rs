@@ -19,7 +19,8 @@
 //! - [`migration`]: moving machines from a class of another kind to a `MachineClass` (spec 000);
 //! - [`machineset`]: the MachineSet controller's ownership, expectations, replicas, deletion order and status;
 //! - [`rollout`]: the MachineDeployment arithmetic (template hash, maxSurge/maxUnavailable, rolling update, scaling);
-//! - [`status`]: the planned status change shared by the decisions.
+//! - [`status`]: the planned status change shared by the decisions;
+//! - [`validity`]: whether a MachineSet or MachineDeployment may be acted on, and how an invalid one reports itself.
 
 pub mod autoscaler;
 pub mod creation;
@@ -42,6 +43,7 @@ pub mod safety_overshoot;
 pub mod status;
 pub mod timeouts;
 pub mod userdata;
+pub mod validity;
 
 pub use descriptions::{Description, Redactor};
 pub use retry_policy::{RetryDecision, RetrySettings};

@@ -9,6 +9,7 @@
 //! go out as one patch. Machines are the MachineSet controller's business.
 
 mod autoscaler;
+mod held;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -34,6 +35,7 @@ use mcm_api::{
 use mcm_core::{
     machineset,
     rollout::{self, ProgressInput, RolloutInput, RolloutPhase, SetView, StatusCounts},
+    validity,
 };
 use serde_json::{Value, json};
 
@@ -83,6 +85,8 @@ struct Context {
     throttle: crate::throttle::PassThrottle,
     nodes: Option<Store<Node>>,
     recorder: Recorder,
+    /// The invalid deployments warned about.
+    warned: crate::invalid::Warned,
 }
 
 impl Context {
@@ -206,6 +210,7 @@ pub async fn run_with_metrics(
         owners,
         throttle: crate::throttle::PassThrottle::default(),
         nodes,
+        warned: crate::invalid::Warned::default(),
     });
     let shutdown = shutdown.boxed().shared();
     let work = controller
@@ -474,11 +479,17 @@ fn scale_patch(deployment: &MachineDeployment, replicas: i32, fenceposts: rollou
     json!({ "metadata": { "annotations": annotations }, "spec": { "replicas": replicas } })
 }
 
-fn selects_everything(deployment: &MachineDeployment) -> bool {
-    deployment.spec.selector.as_ref().is_none_or(|s| {
-        s.match_labels.as_ref().is_none_or(BTreeMap::is_empty)
-            && s.match_expressions.as_ref().is_none_or(Vec::is_empty)
-    })
+/// The status subresource merge patch writing every field the deployment controller owns.
+fn status_patch(status: &MachineDeploymentStatus) -> Value {
+    json!({ "status": {
+        "observedGeneration": status.observed_generation,
+        "replicas": status.replicas,
+        "updatedReplicas": status.updated_replicas,
+        "readyReplicas": status.ready_replicas,
+        "availableReplicas": status.available_replicas,
+        "unavailableReplicas": status.unavailable_replicas,
+        "conditions": status.conditions,
+    } })
 }
 
 #[allow(clippy::too_many_lines)] // the order of the acts is the contract of RolloutPlan; one place reads best
@@ -505,17 +516,6 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
         return Ok(Action::await_change());
     }
     let name = deployment.name_any();
-    if selects_everything(&deployment) {
-        ctx.recorder
-            .record(
-                &*deployment,
-                EventType::Warning,
-                "SelectingAll",
-                "This deployment is selecting all machines. A non-empty selector is required.",
-            )
-            .await;
-        return Ok(Action::await_change());
-    }
     let now = jiff::Timestamp::now();
     let all_sets = ctx.sets.state();
     let owned: Vec<&MachineSet> = all_sets
@@ -531,6 +531,11 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
         .iter()
         .map(|(set, machines)| (set.clone(), machines.iter().map(|m| &**m).collect()))
         .collect();
+    // An invalid deployment (an empty selector among other things) is held: nothing is done to its sets.
+    if let Some(invalid) = validity::check_machine_deployment(&deployment) {
+        return held::hold(&deployment, &owned, &machines_by_set, &invalid, ctx, now).await;
+    }
+    ctx.warned.forget(&*deployment);
 
     // The cluster-autoscaler's handshake comes first: the machines it chose must carry their marks before any set
     // is scaled down.
@@ -806,7 +811,12 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
     }
 
     let counts = rollout::status_counts(new_view.as_ref(), &old_views);
-    let current = deployment.status.clone().unwrap_or_default();
+    let original = deployment.status.clone().unwrap_or_default();
+    // Conditions an invalid spec left are dropped: Available and Progressing are computed afresh.
+    let current = MachineDeploymentStatus {
+        conditions: validity::without_invalid_spec(&original.conditions),
+        ..original.clone()
+    };
     let available =
         rollout::has_minimum_availability(deployment.spec.replicas, fenceposts, counts.available_replicas, 0);
     let mut conditions: Vec<MachineDeploymentCondition> = current
@@ -907,20 +917,12 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
         conditions,
         ..current.clone()
     };
-    if status != current {
+    if status != original {
         ctx.deployments()
             .patch_status(
                 &name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({ "status": {
-                    "observedGeneration": status.observed_generation,
-                    "replicas": status.replicas,
-                    "updatedReplicas": status.updated_replicas,
-                    "readyReplicas": status.ready_replicas,
-                    "availableReplicas": status.available_replicas,
-                    "unavailableReplicas": status.unavailable_replicas,
-                    "conditions": status.conditions,
-                } })),
+                &Patch::Merge(status_patch(&status)),
             )
             .await?;
     }

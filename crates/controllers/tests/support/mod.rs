@@ -104,9 +104,16 @@ impl Cluster {
 
     /// Server, provider and kubelet; no controller yet ([`Cluster::start_controller`]).
     pub async fn start_without_controller(settings: ControllerSettings) -> Self {
+        Self::start_with_admission(settings, true).await
+    }
+
+    /// [`Cluster::start_without_controller`] with the server's admission of the machine kinds on or off (off: invalid
+    /// objects are stored, as on a cluster without the admission policy).
+    pub async fn start_with_admission(settings: ControllerSettings, admission: bool) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let mut config = ServerConfig::new(dir.path());
         config.in_memory = true;
+        config.machine_admission = admission;
         // Silent nodes (a vanished VM's) turn Unknown within seconds.
         config.node_monitor_grace_period = Duration::from_secs(2);
         config.node_monitor_period = Duration::from_millis(200);
