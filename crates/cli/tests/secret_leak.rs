@@ -257,7 +257,13 @@ fn no_secret_value_appears_in_logs_events_statuses_errors_or_metrics() {
     let server = Server::start_with("secret-leak", |dir| {
         let file = dir.join("plain-text-secret.json");
         std::fs::write(&file, plain_text_secret()).expect("write the raw Secret");
-        vec!["--test-raw-object".into(), file.display().to_string()]
+        // The API server logs at trace level too: every process runs at its highest level.
+        vec![
+            "--test-raw-object".into(),
+            file.display().to_string(),
+            "--v".into(),
+            "9".into(),
+        ]
     });
     let (provider, endpoint) = start_sim_provider(&server, |command| {
         command
