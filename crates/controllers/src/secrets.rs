@@ -179,13 +179,17 @@ pub fn watch(
             watcher::Event::Apply(object) => watcher::Event::Apply(admit(object, &undecodable)),
             watcher::Event::InitApply(object) => watcher::Event::InitApply(admit(object, &undecodable)),
             watcher::Event::Delete(object) => {
-                let secret = admit(object, &undecodable);
+                // Gone: forgotten, without a word about its content.
                 undecodable.set(
-                    secret.metadata.namespace.as_deref().unwrap_or_default(),
-                    secret.metadata.name.as_deref().unwrap_or_default(),
+                    object.metadata.namespace.as_deref().unwrap_or_default(),
+                    object.metadata.name.as_deref().unwrap_or_default(),
                     None,
                 );
-                watcher::Event::Delete(secret)
+                let metadata = object.metadata.clone();
+                watcher::Event::Delete(decode(&object).unwrap_or_else(|_| Secret {
+                    metadata,
+                    ..Secret::default()
+                }))
             }
             watcher::Event::Init => watcher::Event::Init,
             watcher::Event::InitDone => watcher::Event::InitDone,
