@@ -7,7 +7,8 @@
 //! terminal failure instead of a second VM.
 //!
 //! Secrets (userData, credentials) are passed to the driver only; they never appear in logs, conditions or errors
-//! (driver messages carry no secret values, spec 000; the requests' `Debug` is redacted).
+//! (the requests' `Debug` is redacted, and driver messages pass through a `Redactor` of the secret's values and the
+//! bootstrap data before they are recorded: a provider may quote its request).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -30,6 +31,7 @@ use kube::{
 };
 use mcm_api::{ClassSpec, Machine, MachineClass, MachineSpec};
 use mcm_core::{
+    Redactor,
     finalizers::{self, FinalizerChange},
     retry_policy::{self, RetrySettings},
 };
@@ -517,6 +519,8 @@ impl Reconciler<'_> {
             class,
             secret,
         } = inputs;
+        // A provider's message may quote its request: the secret's values and the bootstrap data go.
+        let redactor = Redactor::from_secret_data(secret.data.as_ref().unwrap_or(&BTreeMap::new()));
         // Look the VM up before creating one: an earlier attempt may have created it with an unknown outcome.
         let lookup = self
             .ctx
@@ -537,7 +541,11 @@ impl Reconciler<'_> {
                                MCMMachine";
                 return self.fail("VMVanished", message, now).await;
             }
-            Lookup::Failed(err) => return self.driver_error(DriverMethod::GetMachineStatus, &err, now).await,
+            Lookup::Failed(err) => {
+                return self
+                    .driver_error(DriverMethod::GetMachineStatus, &redactor.redact_error(&err), now)
+                    .await;
+            }
             Lookup::Create | Lookup::Unsupported => {
                 let listed = self
                     .ctx
@@ -568,7 +576,11 @@ impl Reconciler<'_> {
                         .await
                     {
                         Ok(created) => (created.provider_id, created.addresses),
-                        Err(err) => return self.driver_error(DriverMethod::CreateMachine, &err, now).await,
+                        Err(err) => {
+                            return self
+                                .driver_error(DriverMethod::CreateMachine, &redactor.redact_error(&err), now)
+                                .await;
+                        }
                     }
                 }
             }
@@ -717,6 +729,7 @@ impl Reconciler<'_> {
                 secret,
             }) => {
                 tracing::info!("deleting the VM");
+                let redactor = Redactor::from_secret_data(secret.data.as_ref().unwrap_or(&BTreeMap::new()));
                 let result = self
                     .ctx
                     .driver
@@ -735,7 +748,7 @@ impl Reconciler<'_> {
                 if let Err(err) = result
                     && !refused_unrecorded
                 {
-                    let message = format!("DeleteMachine: {err}");
+                    let message = format!("DeleteMachine: {}", redactor.redact_error(&err));
                     let delay =
                         if decide::classify(DriverMethod::DeleteMachine, err.code) == ErrorClass::Retry {
                             self.back_off(now)

@@ -16,6 +16,7 @@ mod client;
 mod examples;
 mod node_agent;
 mod provider;
+mod raw_objects;
 mod run;
 mod up;
 
@@ -126,6 +127,11 @@ struct ApiserverArgs {
     /// Test hook: inject failures into writes only (POST, PUT, PATCH, DELETE), never reads.
     #[arg(long)]
     test_fail_writes_only: bool,
+    /// Test hook: store the objects of this YAML or JSON file as they are at start, with no admission or
+    /// validation (as a real cluster can hold objects written by old clients, e.g. a Secret whose data is not
+    /// base64). Repeatable.
+    #[arg(long)]
+    test_raw_object: Vec<PathBuf>,
     /// A static token file as kube-apiserver's: CSV records `token,user,uid[,"group1,group2"]`, read once at start.
     /// Its users authenticate with their bearer tokens besides the admin; a user in `system:masters` may do
     /// everything. Tokens are never logged.
@@ -162,16 +168,19 @@ pub(crate) fn log_colours() -> bool {
 }
 
 fn init_logging(format: &str, verbosity: u8) {
+    use tracing_subscriber::{layer::SubscriberExt as _, util::SubscriberInitExt as _};
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level_of(verbosity)));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(log_colours())
         .with_writer(std::io::stderr);
+    // No kube client line may carry a response body (a Secret's values): docs/pitfalls.md.
+    let no_bodies = mcm_controllers::logging::NoResponseBodies;
     if format == "json" {
-        builder.json().init();
+        builder.json().finish().with(no_bodies).init();
     } else {
-        builder.init();
+        builder.finish().with(no_bodies).init();
     }
 }
 
@@ -292,6 +301,9 @@ async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     let server = mcm_apiserver::server::ApiServer::start(config)
         .await
         .with_context(|| format!("starting the API server in {}", args.data_dir.display()))?;
+    for file in &args.test_raw_object {
+        raw_objects::store(&server, file)?;
+    }
     println!("mcm apiserver listening on {}", server.url());
     println!("kubeconfig: {}", server.kubeconfig().display());
     println!(

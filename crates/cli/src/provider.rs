@@ -131,6 +131,11 @@ struct SimServeArgs {
     /// Heartbeat interval of the simulated kubelets.
     #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
     sim_heartbeat_interval: Duration,
+    /// Test only: the first call of each method for each machine fails with a retryable code and a message quoting
+    /// the whole request (secret values, userData, bootstrap token; raw and base64), as some cloud APIs do. For
+    /// testing that the controllers redact provider messages; never in production.
+    #[arg(long)]
+    echo_requests: bool,
 }
 
 /// Runs `mcm provider ...`; the exit code is 2 for a misconfigured provider (spec 000: fail fast).
@@ -363,15 +368,18 @@ fn outcome_result(outcome: &mcm_grpc::conformance::Outcome) -> (&'static str, &s
 }
 
 fn init_provider_logging(env: &ProviderEnv) {
+    use tracing_subscriber::{layer::SubscriberExt as _, util::SubscriberInitExt as _};
     let filter = tracing_subscriber::EnvFilter::new(&env.log_level);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(crate::log_colours())
         .with_writer(std::io::stderr);
+    // No kube client line may carry a response body (a Secret's values): docs/pitfalls.md.
+    let no_bodies = mcm_controllers::logging::NoResponseBodies;
     if env.log_json {
-        builder.json().init();
+        builder.json().finish().with(no_bodies).init();
     } else {
-        builder.init();
+        builder.finish().with(no_bodies).init();
     }
 }
 
@@ -404,15 +412,15 @@ async fn serve_sim(args: SimServeArgs, env: ProviderEnv) -> anyhow::Result<()> {
         None => None,
     };
     println!("mcm provider sim: serving on {}", env.endpoint);
-    let result = mcm_grpc::serve(
-        Arc::new(driver),
-        sim_info(),
-        &env.endpoint,
-        env.tls.as_ref(),
-        async {
-            let _ = crate::wait_for_signal().await;
-        },
-    )
+    let served: Arc<dyn mcm_driver::Driver> = if args.echo_requests {
+        tracing::warn!("--echo-requests: provider errors quote whole requests, secrets included (test only)");
+        Arc::new(mcm_provider_sim::EchoRequests::new(driver))
+    } else {
+        Arc::new(driver)
+    };
+    let result = mcm_grpc::serve(served, sim_info(), &env.endpoint, env.tls.as_ref(), async {
+        let _ = crate::wait_for_signal().await;
+    })
     .await;
     if let Some(kubelet) = kubelet {
         kubelet.stop().await;

@@ -2,10 +2,14 @@
 //!
 //! Canaries sit in every place a secret lives: the userData, cloud credentials in the class's secret, a separate
 //! credentials secret (`credentialsSecretRef`), a secret without userData that makes machines fail (the error path),
-//! the bootstrap tokens the controller creates for the machines, and the API server's admin token. The whole
-//! lifecycle runs (a deployment created, rolled, scaled down, a failing machine deleted) with `mcm run` logging at
-//! trace level in JSON, the provider out of process logging at trace level too; then every log, Event, status and
-//! the metrics are searched for each canary.
+//! the bootstrap tokens the controller creates for the machines, and the API server's admin token — and in a Secret
+//! whose `data` is not base64 (as the reference AWS provider's sample secret), stored as a real cluster can hold it
+//! (the API server's `--test-raw-object` hook). The provider echoes every request in its first answer to each call
+//! (`--echo-requests`: secret values, rendered userData and bootstrap token, raw and base64), as some cloud APIs
+//! do. The whole lifecycle runs (a deployment created, rolled, scaled down, failing machines deleted) with `mcm run`
+//! logging at trace level in JSON, the provider out of process logging at trace level too; then every log, Event,
+//! status and the metrics are searched for each canary, as it is, base64-encoded, and inside every base64-looking
+//! run of text, decoded.
 
 mod support;
 
@@ -21,6 +25,24 @@ const ACCESS_KEY_CANARY: &str = "akid-canary-51c2e8d7";
 const SECRET_KEY_CANARY: &str = "sak-canary-9d04b6a3";
 const CREDENTIALS_CANARY: &str = "pk-canary-e6b8f215";
 const BROKEN_CANARY: &str = "pw-canary-22aa4c19";
+const PLAIN_USER_DATA_CANARY: &str = "plain-userdata-canary-0b7e4d21";
+const PLAIN_KEY_CANARY: &str = "AKIA-plain-text-canary-6c1f";
+
+/// The Secret whose `data` values are not base64 (as the reference AWS provider's sample secret), as JSON: stored
+/// as it is by the API server's test hook, as a real cluster can hold it.
+fn plain_text_secret() -> String {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": { "name": "leak-plaintext", "namespace": "default" },
+        "type": "Opaque",
+        "data": {
+            "userData": format!("#!/bin/bash\necho {PLAIN_USER_DATA_CANARY}"),
+            "providerAccessKeyId": PLAIN_KEY_CANARY,
+        },
+    })
+    .to_string()
+}
 
 #[allow(clippy::too_many_lines)] // one YAML document
 fn manifests() -> String {
@@ -112,6 +134,32 @@ secretRef:
   namespace: default
 ---
 apiVersion: machine.sapcloud.io/v1alpha1
+kind: MachineClass
+metadata:
+  name: leak-plaintext
+  namespace: default
+provider: sim
+providerSpec:
+  vmPool: leak-pool
+  size: small
+  tags:
+    kubernetes.io/cluster/leak: "1"
+    kubernetes.io/role/node: "1"
+secretRef:
+  name: leak-plaintext
+  namespace: default
+---
+apiVersion: machine.sapcloud.io/v1alpha1
+kind: Machine
+metadata:
+  name: leak-plaintext-machine
+  namespace: default
+spec:
+  class:
+    kind: MachineClass
+    name: leak-plaintext
+---
+apiVersion: machine.sapcloud.io/v1alpha1
 kind: Machine
 metadata:
   name: leak-broken-machine
@@ -165,13 +213,61 @@ fn bootstrap_tokens(watch_output: &str) -> Vec<String> {
         .collect()
 }
 
+/// Every base64-looking run of `text` (standard or URL-safe characters, at least 8), decoded from each of its four
+/// alignments (the encoded text may start anywhere in the run), and the runs of those decodings decoded again.
+fn decoded_base64_runs(text: &str, depth: u32) -> String {
+    let lenient = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent)
+            .with_decode_allow_trailing_bits(true),
+    );
+    let is_b64 = |c: char| c.is_ascii_alphanumeric() || "+/-_".contains(c);
+    let mut out = String::new();
+    for run in text.split(|c: char| !is_b64(c)).filter(|run| run.len() >= 8) {
+        let normalized: String = run
+            .chars()
+            .map(|c| match c {
+                '-' => '+',
+                '_' => '/',
+                c => c,
+            })
+            .collect();
+        for offset in 0..4 {
+            let mut part = &normalized[offset..];
+            if part.len() % 4 == 1 {
+                part = &part[..part.len() - 1];
+            }
+            if let Ok(bytes) = lenient.decode(part) {
+                out.push_str(&String::from_utf8_lossy(&bytes));
+                out.push('\n');
+            }
+        }
+    }
+    if depth > 1 {
+        let deeper = decoded_base64_runs(&out, depth - 1);
+        out.push_str(&deeper);
+    }
+    out
+}
+
 #[test]
 #[allow(clippy::too_many_lines)] // one lifecycle, then one search per place a secret could leak
 fn no_secret_value_appears_in_logs_events_statuses_errors_or_metrics() {
-    let server = Server::start("secret-leak");
+    let server = Server::start_with("secret-leak", |dir| {
+        let file = dir.join("plain-text-secret.json");
+        std::fs::write(&file, plain_text_secret()).expect("write the raw Secret");
+        // The API server logs at trace level too: every process runs at its highest level.
+        vec![
+            "--test-raw-object".into(),
+            file.display().to_string(),
+            "--v".into(),
+            "9".into(),
+        ]
+    });
     let (provider, endpoint) = start_sim_provider(&server, |command| {
         command
-            .args(["--sim-heartbeat-interval", "1s"])
+            .args(["--sim-heartbeat-interval", "1s", "--echo-requests"])
             .env("MC_LOG_LEVEL", "trace")
             .env("RUST_LOG", "trace");
     });
@@ -187,20 +283,49 @@ fn no_secret_value_appears_in_logs_events_statuses_errors_or_metrics() {
     let file = server.write("leak.yaml", &manifests());
     server.kubectl_ok(&["apply", "-f", arg(&file)]);
 
-    poll("both deployment machines Running", CONDITION_DEADLINE, || {
+    // Every first provider call fails (the echo) and is retried after the back-off: minutes, not seconds.
+    poll("both deployment machines Running", Duration::from_mins(2), || {
         let phases = server.machine_phases(&["-l", "name=leak-deployment"]);
         (phases.iter().filter(|p| *p == "Running").count() == 2).then_some(())
     });
-    let broken = poll("the machine without userData to fail", CONDITION_DEADLINE, || {
-        let description = server.kubectl_ok(&[
-            "get",
-            "machine",
-            "leak-broken-machine",
-            "-o",
-            "jsonpath={.status.lastOperation.description}",
-        ]);
-        description.contains("userData").then_some(description)
-    });
+    // The Secret that cannot be decoded is reported by name on the machine that uses it; the others went on.
+    let plain = poll(
+        "the machine of the plain-text Secret reported",
+        CONDITION_DEADLINE,
+        || {
+            let description = server.kubectl_ok(&[
+                "get",
+                "machine",
+                "leak-plaintext-machine",
+                "-o",
+                "jsonpath={.status.lastOperation.description}",
+            ]);
+            description.contains("cannot be decoded").then_some(description)
+        },
+    );
+    assert!(
+        plain.contains("secretRef: Secret \"default/leak-plaintext\" cannot be decoded")
+            && plain.contains("data.userData")
+            && plain.contains("not valid base64"),
+        "{plain}"
+    );
+    let (ready, readyz) = get(address, "/readyz");
+    assert_eq!(ready, 200, "a bad Secret does not make a watch fail: {readyz}");
+    assert!(readyz.contains("[+]watch-secret ok"), "{readyz}");
+    let broken = poll(
+        "the machine without userData to fail",
+        Duration::from_mins(1),
+        || {
+            let description = server.kubectl_ok(&[
+                "get",
+                "machine",
+                "leak-broken-machine",
+                "-o",
+                "jsonpath={.status.lastOperation.description}",
+            ]);
+            description.contains("userData").then_some(description)
+        },
+    );
 
     // Roll to the other class, then scale down and delete everything: every step handles the secrets again.
     server.kubectl_ok(&[
@@ -211,7 +336,7 @@ fn no_secret_value_appears_in_logs_events_statuses_errors_or_metrics() {
         "-p",
         r#"{"spec":{"template":{"spec":{"class":{"name":"leak-medium"}}}}}"#,
     ]);
-    poll("the rollout to finish", Duration::from_mins(1), || {
+    poll("the rollout to finish", Duration::from_mins(3), || {
         let classes = server.kubectl_ok(&[
             "get",
             "machines",
@@ -232,13 +357,19 @@ fn no_secret_value_appears_in_logs_events_statuses_errors_or_metrics() {
     ];
     let mut statuses = server.kubectl_ok(&all);
     server.kubectl_ok(&["scale", "machinedeployment", "leak-deployment", "--replicas=0"]);
-    poll("the deployment's machines gone", CONDITION_DEADLINE, || {
+    poll("the deployment's machines gone", Duration::from_mins(1), || {
         server
             .machine_phases(&["-l", "name=leak-deployment"])
             .is_empty()
             .then_some(())
     });
-    server.kubectl_ok(&["delete", "machine", "leak-broken-machine", "--timeout=60s"]);
+    server.kubectl_ok(&[
+        "delete",
+        "machine",
+        "leak-broken-machine",
+        "leak-plaintext-machine",
+        "--timeout=60s",
+    ]);
 
     statuses.push_str(&server.kubectl_ok(&all));
     let events = server.kubectl_ok(&["get", "events", "-A", "-o", "yaml"]);
@@ -313,6 +444,8 @@ fn no_secret_value_appears_in_logs_events_statuses_errors_or_metrics() {
         ("providerSecretAccessKey", SECRET_KEY_CANARY),
         ("credentialsSecretRef", CREDENTIALS_CANARY),
         ("a secret without userData", BROKEN_CANARY),
+        ("the plain-text Secret's userData", PLAIN_USER_DATA_CANARY),
+        ("the plain-text Secret's access key", PLAIN_KEY_CANARY),
     ]
     .into_iter()
     .map(|(what, value)| (what.to_owned(), value.to_owned()))
@@ -335,13 +468,29 @@ fn no_secret_value_appears_in_logs_events_statuses_errors_or_metrics() {
         ("statuses", &statuses),
         ("/metrics", &metrics),
     ];
-    for (what, value) in &secrets {
-        assert!(value.len() >= 6, "{what} is a real value");
-        for (place, text) in &places {
-            assert!(!text.contains(value.as_str()), "{what} leaked into {place}");
+    // The provider really echoed: its answers quoted the secrets (which the controllers then redacted).
+    assert!(
+        events.contains("[redacted]") || statuses.contains("[redacted]"),
+        "the echoing provider's messages were recorded, redacted:\n{events}"
+    );
+    for (place, text) in &places {
+        let decoded = decoded_base64_runs(text, 2);
+        for (what, value) in &secrets {
+            assert!(value.len() >= 6, "{what} is a real value");
+            assert!(
+                !text.contains(value.as_str()),
+                "{what} leaked into {place}: {}",
+                text.lines()
+                    .find(|l| l.contains(value.as_str()))
+                    .unwrap_or_default()
+            );
             assert!(
                 !text.contains(&base64(value)),
                 "{what} leaked base64-encoded into {place}"
+            );
+            assert!(
+                !decoded.contains(value.as_str()),
+                "{what} leaked into {place} inside a longer base64 text"
             );
         }
     }

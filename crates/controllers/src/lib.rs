@@ -19,7 +19,9 @@ pub mod overshoot;
 mod owners;
 pub mod reachability;
 pub mod references;
+pub mod secrets;
 mod throttle;
+pub mod watch_health;
 
 /// What can fail while a controller acts: today only requests to an API server (provider errors are outcomes the
 /// decisions handle, not errors). One type for every controller, re-exported by each module.

@@ -64,6 +64,8 @@ pub struct Context {
     machines: Store<Machine>,
     classes: Store<MachineClass>,
     secrets: Store<Secret>,
+    /// The Secrets that cannot be decoded: reported on the machines whose class uses them.
+    undecodable: crate::secrets::Undecodable,
     nodes: Option<Store<Node>>,
     failures: std::sync::Mutex<BTreeMap<String, u32>>,
     /// Per machine, after a failed provider call: when the provider may be called again (the back-off of a code
@@ -239,22 +241,31 @@ pub async fn run_with(
         metrics.attach_machines(machines.clone());
     }
 
+    // Each watch's failures are seen (and /readyz fails while one keeps failing); Secrets are decoded one at a time,
+    // so that one bad Secret cannot stop the namespace (crate::secrets).
+    let health = |kind| {
+        let health = crate::watch_health::WatchHealth::new(kind);
+        health.register(metrics.as_deref());
+        health
+    };
     let (classes, class_writer) = reflector::store::<MachineClass>();
+    let class_health = health("MachineClass");
     let class_stream = watcher(
         Api::<MachineClass>::namespaced(control.clone(), &namespace),
         watcher::Config::default(),
     )
     .default_backoff()
+    .inspect(move |item| class_health.observe(item))
     .reflect(class_writer)
     .applied_objects();
     let (secrets, secret_writer) = reflector::store::<Secret>();
-    let secret_stream = watcher(
-        Api::<Secret>::namespaced(control.clone(), &namespace),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .reflect(secret_writer)
-    .applied_objects();
+    let undecodable = crate::secrets::Undecodable::default();
+    let secret_health = health("Secret");
+    let secret_stream = crate::secrets::watch(control.clone(), &namespace, undecodable.clone())
+        .default_backoff()
+        .inspect(move |item| secret_health.observe(item))
+        .reflect(secret_writer)
+        .applied_objects();
 
     let by_class = {
         let machines = machines.clone();
@@ -298,8 +309,10 @@ pub async fn run_with(
     let node_index = NodeIndex::default();
     let nodes = if let Some(target) = &target {
         let (nodes, node_writer) = reflector::store::<Node>();
+        let node_health = health("Node");
         let node_stream = watcher(Api::<Node>::all(target.clone()), watcher::Config::default())
             .default_backoff()
+            .inspect(move |item| node_health.observe(item))
             .modify(crate::cache::lean_node)
             .reflect(node_writer)
             .applied_objects();
@@ -340,6 +353,7 @@ pub async fn run_with(
         machines,
         classes,
         secrets,
+        undecodable,
         nodes,
         failures: std::sync::Mutex::default(),
         retry_gates: std::sync::Mutex::default(),
@@ -525,6 +539,9 @@ async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, E
     let Some(class) = class.filter(|_| problems.is_empty()) else {
         return report_invalid(&machine, &ctx, &problems).await;
     };
+    if let Some(problem) = ctx.undecodable.problem_of(&class, &ctx.config.namespace) {
+        return report_invalid(&machine, &ctx, &problem).await;
+    }
     let (secret, missing_secrets) = merged_secret(&ctx, &class);
     if !missing_secrets.is_empty() {
         if waiting_for_references(&machine) {
@@ -667,8 +684,14 @@ fn request_parts(
 }
 
 /// The secret passed to CreateMachine: userData rendered for the machine (and its bootstrap token, created in the
-/// target cluster when the userData asks for one).
-async fn boot_secret(machine: &Machine, secret: &Secret, ctx: &Context) -> Result<Secret, DriverError> {
+/// target cluster when the userData asks for one). The rendered userData and the token are added to `redactor`:
+/// a provider's message may quote them.
+async fn boot_secret(
+    machine: &Machine,
+    secret: &Secret,
+    ctx: &Context,
+    redactor: &mut Redactor,
+) -> Result<Secret, DriverError> {
     let name = machine.name_any();
     let user_data = secret
         .data
@@ -711,11 +734,13 @@ async fn boot_secret(machine: &Machine, secret: &Secret, ctx: &Context) -> Resul
                 }
             }
         }
+        redactor.add_bootstrap_token(&token);
         Some(token)
     } else {
         None
     };
     let rendered = userdata::render_user_data(&user_data, &name, token.as_ref());
+    redactor.add(&rendered);
     let mut secret = secret.clone();
     secret
         .data
@@ -735,6 +760,8 @@ async fn create(
 ) -> Result<Action, Error> {
     let name = machine.name_any();
     let mut machine = machine.clone();
+    // Learns the rendered userData and the bootstrap token once CreateMachine is called with them.
+    let mut redactor = redactor.clone();
     let mut last: Option<CallOutcome> = None;
     for _ in 0..8 {
         let failures = ctx.failures(&name) + u32::from(matches!(&last, Some(o) if outcome_failed(o)));
@@ -745,7 +772,7 @@ async fn create(
             has_target_cluster: ctx.target.is_some(),
             failures,
             random: rand::random(),
-            redactor,
+            redactor: &redactor,
         };
         let step = creation::decide(&input, last.as_ref());
         let (m, c, s) = request_parts(&machine, class, secret);
@@ -769,7 +796,7 @@ async fn create(
                 ))
             }
             CreationStep::CallCreateMachine => {
-                let result = match boot_secret(&machine, secret, ctx).await {
+                let result = match boot_secret(&machine, secret, ctx, &mut redactor).await {
                     Ok(boot) => {
                         ctx.driver
                             .create_machine(&CreateMachineRequest {

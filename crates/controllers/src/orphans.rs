@@ -547,7 +547,15 @@ impl Collector {
                 .filter(|n| !n.is_empty())
                 .unwrap_or(&self.config.namespace);
             let api: Api<Secret> = Api::namespaced(self.control.clone(), namespace);
-            let secret = api.get_opt(name).await.ok().flatten()?;
+            let secret = match api.get_opt(name).await {
+                Ok(secret) => secret?,
+                Err(err) => {
+                    tracing::warn!(secret = name, namespace, class = %class.name_any(),
+                        error = %crate::watch_health::describe_client_error(&err),
+                        "orphan collection: cannot read the class's secret; the class is skipped");
+                    return None;
+                }
+            };
             data.extend(secret.data.unwrap_or_default());
         }
         Some(Secret {

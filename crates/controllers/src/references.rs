@@ -15,7 +15,7 @@ use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Secret;
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{Patch, PatchParams},
+    api::{ApiResource, DynamicObject, Patch, PatchParams},
     runtime::{
         Controller, WatchStreamExt,
         controller::Action,
@@ -187,17 +187,22 @@ pub async fn run_with_metrics(
     .try_flatten();
     let class_api = Api::<MachineClass>::namespaced(client.clone(), &namespace);
     let class_controller = Controller::new(class_api, watcher::Config::default());
-    let secret_controller = Controller::new(
-        Api::<Secret>::namespaced(client.clone(), &namespace),
-        watcher::Config::default(),
-    );
+    // Secrets decoded one at a time (crate::secrets): one that cannot be decoded is still seen, by its metadata,
+    // and cannot stop the others.
+    let (secrets, secret_writer) = reflector::store::<Secret>();
+    let secret_objects =
+        crate::secrets::watch(client.clone(), &namespace, crate::secrets::Undecodable::default())
+            .default_backoff()
+            .reflect(secret_writer)
+            .applied_objects();
+    let secret_controller = Controller::for_stream(secret_objects, secrets.clone());
     let context = Arc::new(Context {
         client: client.clone(),
         namespace: namespace.clone(),
         uses,
         classes: class_controller.store(),
         resync,
-        secrets: Some(secret_controller.store()),
+        secrets: Some(secrets.clone()),
         recorder: crate::events::Recorder::new(client.clone(), "machineclass-controller"),
         warned: crate::invalid::Warned::default(),
     });
@@ -232,7 +237,6 @@ pub async fn run_with_metrics(
     .default_backoff()
     .reflect(class_writer)
     .touched_objects();
-    let secrets = secret_controller.store();
     let secret_store = secrets.clone();
     let secret_meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "secret", &secrets);
     let secret_namespace = namespace.clone();
@@ -354,7 +358,9 @@ async fn reconcile_secret(secret: Arc<Secret>, ctx: Arc<Context>) -> Result<Acti
     let change = finalizers::secret_finalizer(&secret, &classes);
     if let Some(patch) = finalizers::patch(&secret.metadata, keys::finalizers::SECRET, change) {
         let namespace = secret.namespace().unwrap_or_else(|| ctx.namespace.clone());
-        let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &namespace);
+        // As a dynamic object: the answer holds the Secret's data, which may not decode as a Secret.
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), &namespace, &ApiResource::erase::<Secret>(&()));
         api.patch(&secret.name_any(), &PatchParams::default(), &Patch::Merge(patch))
             .await?;
         tracing::info!(secret = %secret.name_any(), ?change, "secret finalizer");

@@ -11,11 +11,13 @@
 //! Texts shown to users must never carry secret values: provider messages can echo what they were given, so they go
 //! through a [`Redactor`] built from the class's secret before they are put into a description.
 
-use std::{collections::BTreeMap, fmt, time::Duration};
+use std::{fmt, time::Duration};
 
-use k8s_openapi::{ByteString, api::core::v1::NodeCondition};
+use k8s_openapi::api::core::v1::NodeCondition;
 use mcm_api::GoDuration;
 use mcm_driver::{DriverError, MachineCode};
+
+pub use crate::redact::Redactor;
 
 /// Suffix the reference appends to initialization failures (`machineutils.InstanceInitialization`).
 const INSTANCE_INITIALIZATION: &str = "Initialize VM Instance";
@@ -358,86 +360,14 @@ pub fn conditions_summary(conditions: &[NodeCondition]) -> String {
         .join(", ")
 }
 
-/// Removes known secret values from texts that reach users (provider messages in descriptions, events, logs).
-///
-/// Built from the class's secret data (credentials and userData) and the bootstrap token; every value of at least
-/// [`Redactor::MIN_LEN`] characters, and every line of at least that length of a multi-line value (a provider may
-/// echo one line of a boot script), is replaced by `[redacted]`. Its `Debug` output shows how many values it holds,
-/// never the values.
-#[derive(Clone, Default)]
-pub struct Redactor {
-    needles: Vec<String>,
-}
-
-impl fmt::Debug for Redactor {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Redactor")
-            .field("values", &self.needles.len())
-            .finish()
-    }
-}
-
-impl Redactor {
-    /// Shorter values are not redacted: they are not secrets worth the name (`true`, `1`) and would mangle texts.
-    pub const MIN_LEN: usize = 6;
-    /// What a redacted value is replaced with.
-    pub const MARK: &'static str = "[redacted]";
-
-    /// A redactor that knows no secret values.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A redactor for every value of a secret's data.
-    pub fn from_secret_data(data: &BTreeMap<String, ByteString>) -> Self {
-        let mut redactor = Self::new();
-        for value in data.values() {
-            redactor.add(&value.0);
-        }
-        redactor
-    }
-
-    /// Adds a secret value (and its lines, for multi-line values). Values that are not UTF-8 cannot appear in a
-    /// UTF-8 text as a whole; their UTF-8 lines are still added.
-    pub fn add(&mut self, value: &[u8]) {
-        let text = String::from_utf8_lossy(value);
-        let mut candidates = vec![text.trim().to_owned()];
-        if text.contains('\n') {
-            candidates.extend(text.lines().map(|line| line.trim().to_owned()));
-        }
-        for candidate in candidates {
-            if candidate.chars().count() >= Self::MIN_LEN
-                && !candidate.contains('\u{fffd}')
-                && !self.needles.contains(&candidate)
-            {
-                self.needles.push(candidate);
-            }
-        }
-        // Longest first, so that a value containing another is replaced whole.
-        self.needles.sort_by_key(|needle| std::cmp::Reverse(needle.len()));
-    }
-
-    /// The text with every known secret value replaced by [`Redactor::MARK`].
-    pub fn redact(&self, text: &str) -> String {
-        let mut out = text.to_owned();
-        for needle in &self.needles {
-            if out.contains(needle.as_str()) {
-                out = out.replace(needle.as_str(), Self::MARK);
-            }
-        }
-        out
-    }
-
-    /// The error with its message redacted.
-    pub fn redact_error(&self, error: &DriverError) -> DriverError {
-        DriverError::new(error.code, self.redact(&error.message))
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::ByteString;
     use proptest::prelude::*;
+
+    use super::*;
 
     fn all_kinds() -> Vec<Description> {
         vec![

@@ -35,6 +35,7 @@ pub mod migration;
 pub mod nodesync;
 mod quantity;
 pub mod reachability;
+pub mod redact;
 pub mod remediation;
 pub mod retry_policy;
 pub mod rollout;

@@ -3,6 +3,7 @@
 
 use std::{future::Future, path::Path, sync::Arc};
 
+use mcm_core::Redactor;
 use mcm_driver::{Driver, DriverError, DriverMethod};
 use tokio_stream::wrappers::UnixListenerStream;
 use tonic::{Request, Response, Status, transport::Server};
@@ -73,11 +74,23 @@ fn machine_name(request: &proto::MachineRequest) -> String {
         .unwrap_or_default()
 }
 
-/// Logs the outcome of a call (method, machine, code; never the request, which holds the secret) and turns an error
-/// into its status.
+/// What removes the request's secret values from the provider's message before it is logged: a provider may quote
+/// its request (several cloud APIs do). Empty when the request carries no secret.
+fn redactor_of(secret: &[u8]) -> Redactor {
+    serde_json::from_slice::<k8s_openapi::api::core::v1::Secret>(secret)
+        .ok()
+        .and_then(|secret| secret.data)
+        .map(|data| Redactor::from_secret_data(&data))
+        .unwrap_or_default()
+}
+
+/// Logs the outcome of a call (method, machine, code, the message without the request's secret values; never the
+/// request, which holds the secret) and turns an error into its status (the message as the provider wrote it: the
+/// controllers redact what they record).
 fn answer<T>(
     method: DriverMethod,
     machine: &str,
+    secret: &[u8],
     result: Result<T, DriverError>,
 ) -> Result<Response<T>, Status> {
     match result {
@@ -86,8 +99,8 @@ fn answer<T>(
             Ok(Response::new(value))
         }
         Err(error) => {
-            tracing::info!(method = method.name(), machine, code = %error.code, message = %error.message,
-                "provider call failed");
+            let message = redactor_of(secret).redact(&error.message);
+            tracing::info!(method = method.name(), machine, code = %error.code, message, "provider call failed");
             Err(to_status(&error))
         }
     }
@@ -109,7 +122,7 @@ impl proto::driver_server::Driver for DriverService {
                 .map(convert::create_response_to),
             Err(err) => Err(err),
         };
-        answer(DriverMethod::CreateMachine, &machine, result)
+        answer(DriverMethod::CreateMachine, &machine, &request.secret, result)
     }
 
     async fn initialize_machine(
@@ -126,7 +139,7 @@ impl proto::driver_server::Driver for DriverService {
                 .map(convert::initialize_response_to),
             Err(err) => Err(err),
         };
-        answer(DriverMethod::InitializeMachine, &machine, result)
+        answer(DriverMethod::InitializeMachine, &machine, &request.secret, result)
     }
 
     async fn delete_machine(
@@ -143,7 +156,7 @@ impl proto::driver_server::Driver for DriverService {
                 .map(convert::delete_response_to),
             Err(err) => Err(err),
         };
-        answer(DriverMethod::DeleteMachine, &machine, result)
+        answer(DriverMethod::DeleteMachine, &machine, &request.secret, result)
     }
 
     async fn get_machine_status(
@@ -160,7 +173,7 @@ impl proto::driver_server::Driver for DriverService {
                 .map(convert::status_response_to),
             Err(err) => Err(err),
         };
-        answer(DriverMethod::GetMachineStatus, &machine, result)
+        answer(DriverMethod::GetMachineStatus, &machine, &request.secret, result)
     }
 
     async fn list_machines(
@@ -171,7 +184,7 @@ impl proto::driver_server::Driver for DriverService {
             Ok(r) => self.driver.list_machines(&r).await.map(convert::list_response_to),
             Err(err) => Err(err),
         };
-        answer(DriverMethod::ListMachines, "", result)
+        answer(DriverMethod::ListMachines, "", &request.get_ref().secret, result)
     }
 
     async fn get_volume_i_ds(
@@ -186,7 +199,7 @@ impl proto::driver_server::Driver for DriverService {
                 .map(convert::volumes_response_to),
             Err(err) => Err(err),
         };
-        answer(DriverMethod::GetVolumeIds, "", result)
+        answer(DriverMethod::GetVolumeIds, "", &[], result)
     }
 
     async fn generate_machine_class_for_migration(
@@ -200,7 +213,7 @@ impl proto::driver_server::Driver for DriverService {
             },
             Err(err) => Err(err),
         };
-        answer(DriverMethod::GenerateMachineClassForMigration, "", result)
+        answer(DriverMethod::GenerateMachineClassForMigration, "", &[], result)
     }
 }
 

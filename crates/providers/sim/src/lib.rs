@@ -9,14 +9,18 @@
 //! - [`Faults`] (from [`SimDriver::faults`]) injects call faults, VM faults and kubelet faults, sets latencies and
 //!   counts calls.
 //! - [`Kubelet::start`] runs the simulated kubelet of a driver against a cluster.
+//! - [`EchoRequests`] wraps a driver so that its first call per method and machine fails quoting the whole request
+//!   (`mcm provider sim serve --echo-requests`): the test of the controllers' redaction.
 
 mod driver;
+mod echo;
 mod faults;
 mod kubelet;
 pub mod provider_spec;
 pub mod sizes;
 
 pub use driver::{CALL_LOG_LENGTH, CSI_DRIVER, PROVIDER_ID_PREFIX, SimConfig, SimDriver, UserData, Vm};
+pub use echo::EchoRequests;
 pub use faults::{Fault, FaultId, Faults, Latency, Target};
 pub use kubelet::{
     AGENT_TERMINATES_PODS, HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, Kubelet, KubeletConfig, KubeletHandle,
