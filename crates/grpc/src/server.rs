@@ -85,8 +85,9 @@ fn redactor_of(secret: &[u8]) -> Redactor {
 }
 
 /// Logs the outcome of a call (method, machine, code, the message without the request's secret values; never the
-/// request, which holds the secret) and turns an error into its status (the message as the provider wrote it: the
-/// controllers redact what they record).
+/// request, which holds the secret) and turns an error into its status, with the same redacted message: the status
+/// cuts long messages (`status::MAX_MESSAGE_BYTES`), and a secret value cut in two could no longer be recognised by
+/// the controllers' redactor.
 fn answer<T>(
     method: DriverMethod,
     machine: &str,
@@ -101,7 +102,7 @@ fn answer<T>(
         Err(error) => {
             let message = redactor_of(secret).redact(&error.message);
             tracing::info!(method = method.name(), machine, code = %error.code, message, "provider call failed");
-            Err(to_status(&error))
+            Err(to_status(&DriverError::new(error.code, message)))
         }
     }
 }

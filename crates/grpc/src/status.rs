@@ -22,9 +22,10 @@ fn grpc_code(code: MachineCode) -> tonic::Code {
 /// machine code in the details.
 pub fn to_status(error: &DriverError) -> tonic::Status {
     let code = grpc_code(error.code);
+    let message = bounded_message(&error.message);
     let details = StatusDetails {
         code: code as i32,
-        message: error.message.clone(),
+        message: message.clone(),
         details: vec![AnyDetail {
             type_url: DETAIL_TYPE_URL.to_owned(),
             value: MachineCodeDetail {
@@ -33,7 +34,24 @@ pub fn to_status(error: &DriverError) -> tonic::Status {
             .encode_to_vec(),
         }],
     };
-    tonic::Status::with_details(code, error.message.clone(), details.encode_to_vec().into())
+    tonic::Status::with_details(code, message, details.encode_to_vec().into())
+}
+
+/// The longest message a status carries, in bytes. The message travels twice in the trailers (`grpc-message`,
+/// percent-encoded, and `grpc-status-details-bin`, base64), and HTTP/2's header list limit (16 KiB by default) fails
+/// a call whose trailers are larger with `Internal: h2 protocol error`, losing the provider's code.
+pub const MAX_MESSAGE_BYTES: usize = 2048;
+
+/// The message cut to [`MAX_MESSAGE_BYTES`] on a character boundary, saying how much was cut.
+fn bounded_message(message: &str) -> String {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message.to_owned();
+    }
+    let mut end = MAX_MESSAGE_BYTES;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}... [{} more bytes cut]", &message[..end], message.len() - end)
 }
 
 /// The machine code in a status's details, if the status carries one.

@@ -214,6 +214,34 @@ async fn every_machine_code_and_message_reaches_the_controller_unchanged() {
     server.stop().await;
 }
 
+/// A provider message far larger than HTTP/2's header list limit (it travels in the trailers) still brings its
+/// machine code across, cut to a bounded length, instead of failing the call as `Internal: h2 protocol error`.
+#[tokio::test]
+async fn a_huge_provider_message_keeps_its_code_and_is_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = Endpoint::Unix(dir.path().join("p.sock"));
+    let sim = SimDriver::new(SimConfig::default());
+    let server = serve(&sim, &endpoint, None);
+    let client = GrpcDriver::new(endpoint, fast_options()).unwrap();
+    wait_ready(&client).await;
+    let message = format!("quota exceeded: {}✓", "x".repeat(64 * 1024));
+    sim.faults().inject(
+        Fault::new(DriverMethod::CreateMachine, MachineCode::ResourceExhausted)
+            .target(Target::machines(["huge".to_owned()]))
+            .message(message.clone()),
+    );
+    let error = client.create_machine(&create("huge")).await.unwrap_err();
+    assert_eq!(error.code, MachineCode::ResourceExhausted, "{}", error.message);
+    assert!(
+        error.message.starts_with("quota exceeded: xxx"),
+        "{}",
+        error.message
+    );
+    assert!(error.message.contains("more bytes cut"), "{}", error.message);
+    assert!(error.message.len() < 4096, "{} bytes", error.message.len());
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn a_call_longer_than_its_deadline_is_deadline_exceeded() {
     let dir = tempfile::tempdir().unwrap();
