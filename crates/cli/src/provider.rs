@@ -28,6 +28,11 @@ enum ProviderCommand {
         #[command(subcommand)]
         command: LocalCommand,
     },
+    /// The AWS provider: EC2 instances from Gardener's AWS MachineClasses (docs/providers/aws.md).
+    Aws {
+        #[command(subcommand)]
+        command: AwsCommand,
+    },
     /// Run the provider conformance suite against a live provider: identity and probe, CreateMachine (and its
     /// idempotency), GetMachineStatus, ListMachines, InitializeMachine, an invalid providerSpec, error messages,
     /// DeleteMachine (and its idempotency), NotFound after deletion, GetVolumeIDs. Creates and deletes machines
@@ -77,6 +82,22 @@ enum LocalCommand {
     /// running when it stops; a restarted provider finds them in --state-dir. Environment: MC_ENDPOINT (REQUIRED),
     /// MC_TLS_* (REQUIRED for tcp://), MC_LOG_FORMAT, MC_LOG_LEVEL.
     Serve(LocalServeArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum AwsCommand {
+    /// Serve the AWS provider over gRPC on MC_ENDPOINT (or --endpoint) until SIGINT or SIGTERM. Credentials come
+    /// from each class's Secret. Environment: MC_ENDPOINT (REQUIRED), MC_TLS_* (REQUIRED for tcp://),
+    /// MC_LOG_FORMAT, MC_LOG_LEVEL, and AWS_ENDPOINT_URL_EC2 / AWS_ENDPOINT_URL_STS / AWS_ENDPOINT_URL to point the
+    /// provider at another EC2 (an emulator, a private cloud).
+    Serve(AwsServeArgs),
+}
+
+#[derive(Debug, Args)]
+struct AwsServeArgs {
+    /// Where to serve (overrides MC_ENDPOINT): unix:///path/to.sock or tcp://host:port.
+    #[arg(long)]
+    endpoint: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -139,6 +160,14 @@ pub fn main(args: ProviderArgs) -> anyhow::Result<()> {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(serve_local(args, env))
         }
+        ProviderCommand::Aws {
+            command: AwsCommand::Serve(args),
+        } => {
+            let env = provider_env(args.endpoint.as_ref(), "mcm provider aws serve");
+            init_provider_logging(&env);
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(serve_aws(env))
+        }
         ProviderCommand::Test(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             if !runtime.block_on(conformance(args))? {
@@ -191,6 +220,35 @@ async fn serve_local(args: LocalServeArgs, env: ProviderEnv) -> anyhow::Result<(
     })
     .await;
     serve_result(result, "mcm provider local serve")
+}
+
+async fn serve_aws(env: ProviderEnv) -> anyhow::Result<()> {
+    let config = mcm_provider_aws::AwsConfig::from_env();
+    if let Some(endpoint) = &config.ec2_endpoint {
+        tracing::info!(ec2_endpoint = %endpoint, "EC2 endpoint overridden");
+    }
+    let driver = mcm_provider_aws::AwsDriver::new(config);
+    println!("mcm provider aws: serving on {}", env.endpoint);
+    let result = mcm_grpc::serve(
+        Arc::new(driver),
+        aws_info(),
+        &env.endpoint,
+        env.tls.as_ref(),
+        async {
+            let _ = crate::wait_for_signal().await;
+        },
+    )
+    .await;
+    serve_result(result, "mcm provider aws serve")
+}
+
+/// The identity of the AWS provider.
+pub fn aws_info() -> ProviderInfo {
+    ProviderInfo {
+        name: "aws".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        optional_methods: mcm_provider_aws::optional_methods(),
+    }
 }
 
 /// A serve error that is a misconfiguration exits 2; others are errors.

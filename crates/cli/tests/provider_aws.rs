@@ -1,0 +1,109 @@
+//! The AWS provider out of process: `mcm provider aws serve` pointed at moto's EC2 server through
+//! `AWS_ENDPOINT_URL`, judged by `mcm provider test` (the conformance suite) with examples/aws/ — only the
+//! subnet and security group IDs put in, as the example says. No credential or userData is printed.
+
+mod support;
+
+use std::{path::PathBuf, process::Command};
+
+use mcm_provider_aws::testing::Moto;
+use support::Background;
+
+fn examples_aws(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/aws")
+        .join(file)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_aws_provider_on_moto_passes_the_conformance_suite_with_the_example_class() {
+    let moto = Moto::start().await;
+    let network = moto.network("shoot--example-nodes").await;
+
+    let dir = std::env::temp_dir().join(format!("mcm-aws-conformance-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a test directory");
+    let class = std::fs::read_to_string(examples_aws("01-machine-class.yaml"))
+        .expect("examples/aws/01-machine-class.yaml")
+        .replace("subnet-0123456789abcdef0", &network.subnet_id)
+        .replace("sg-0123456789abcdef0", &network.security_group_id);
+    let class_file = dir.join("class.yaml");
+    std::fs::write(&class_file, class).unwrap();
+
+    let endpoint = format!("unix://{}", dir.join("provider.sock").display());
+    let mut provider = Command::new(env!("CARGO_BIN_EXE_mcm"));
+    provider
+        .args(["provider", "aws", "serve", "--endpoint", &endpoint])
+        .env("AWS_ENDPOINT_URL", &moto.endpoint)
+        .env("MC_LOG_LEVEL", "debug");
+    let provider = Background::spawn(provider, "mcm provider aws serve".into());
+    provider.wait_for_stdout("the provider to serve", |out| out.contains("serving on"));
+
+    let output = tokio::task::spawn_blocking({
+        let endpoint = endpoint.clone();
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_mcm"))
+                .args(["provider", "test", "--endpoint", &endpoint, "--class"])
+                .arg(&class_file)
+                .arg("--secret")
+                .arg(examples_aws("00-secret.yaml"))
+                .output()
+                .expect("mcm provider test runs")
+        }
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}\nprovider: {}",
+        String::from_utf8_lossy(&output.stderr),
+        provider.stderr()
+    );
+    assert!(stdout.contains("PASS") && !stdout.contains("FAIL"), "{stdout}");
+
+    // After the suite, no instance of the conformance machines is left running.
+    let left = moto
+        .ec2(
+            "DescribeInstances",
+            &[
+                ("Filter.1.Name", "instance-state-name"),
+                ("Filter.1.Value.1", "pending"),
+                ("Filter.1.Value.2", "running"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert!(
+        mcm_provider_aws::testing::all_texts(&left, "instanceId").is_empty(),
+        "instances left: {left}"
+    );
+
+    let logs = format!("{stdout}{}", String::from_utf8_lossy(&provider.stop().stderr));
+    for secret in ["wJalrXUtnFEMI", "bootstrap the kubelet", "IyEvYmluL2Jhc2gK"] {
+        assert!(!logs.contains(secret), "{secret} leaked: {logs}");
+    }
+    moto.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn run_accepts_the_aws_provider_and_fails_on_the_kubeconfig_only() {
+    let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
+        .args([
+            "run",
+            "--provider",
+            "aws",
+            "--control-kubeconfig",
+            "/nonexistent/kubeconfig",
+        ])
+        .output()
+        .expect("mcm runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        !stderr.contains("invalid value"),
+        "--provider aws is accepted: {stderr}"
+    );
+    assert!(stderr.contains("/nonexistent/kubeconfig"), "{stderr}");
+}
