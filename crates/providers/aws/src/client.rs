@@ -1,6 +1,6 @@
 //! A small client of the AWS Query API (EC2, and STS/IAM for credentials and tests): form POSTs signed with
 //! SigV4, XML answers read with roxmltree, errors carrying AWS's code and request ID only, and throttling, 5xx and
-//! transport failures retried with exponential back-off and full jitter.
+//! transport failures retried with exponential back-off and jitter.
 
 use std::time::Duration;
 
@@ -20,7 +20,7 @@ pub const EC2_VERSION: &str = "2016-11-15";
 pub struct RetryPolicy {
     /// Attempts in all (1 = no retry).
     pub attempts: u32,
-    /// The first back-off; doubled each attempt, a random part of it slept (full jitter).
+    /// The first back-off; doubled each attempt up to `max`, and a random half to all of it slept (jitter).
     pub base: Duration,
     /// The longest back-off.
     pub max: Duration,
