@@ -98,6 +98,10 @@ struct AwsServeArgs {
     /// Where to serve (overrides MC_ENDPOINT): unix:///path/to.sock or tcp://host:port.
     #[arg(long)]
     endpoint: Option<String>,
+    /// Serve the provider-side metrics (`mcm_cloud_api_requests_total`, ...) on http://<address>/metrics
+    /// (port 0 picks a free one; the address is printed). Not served when absent.
+    #[arg(long)]
+    metrics_address: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -166,7 +170,7 @@ pub fn main(args: ProviderArgs) -> anyhow::Result<()> {
             let env = provider_env(args.endpoint.as_ref(), "mcm provider aws serve");
             init_provider_logging(&env);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
-            runtime.block_on(serve_aws(env))
+            runtime.block_on(serve_aws(env, args.metrics_address))
         }
         ProviderCommand::Test(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
@@ -222,12 +226,22 @@ async fn serve_local(args: LocalServeArgs, env: ProviderEnv) -> anyhow::Result<(
     serve_result(result, "mcm provider local serve")
 }
 
-async fn serve_aws(env: ProviderEnv) -> anyhow::Result<()> {
+async fn serve_aws(env: ProviderEnv, metrics_address: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
     let config = mcm_provider_aws::AwsConfig::from_env();
     if let Some(endpoint) = &config.ec2_endpoint {
         tracing::info!(ec2_endpoint = %endpoint, "EC2 endpoint overridden");
     }
     let driver = mcm_provider_aws::AwsDriver::new(config);
+    if let Some(address) = metrics_address {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("--metrics-address {address}"))?;
+        println!(
+            "mcm provider aws: metrics on http://{}/metrics",
+            listener.local_addr()?
+        );
+        tokio::spawn(serve_metrics(listener, driver.metrics()));
+    }
     println!("mcm provider aws: serving on {}", env.endpoint);
     let result = mcm_grpc::serve(
         Arc::new(driver),
@@ -240,6 +254,40 @@ async fn serve_aws(env: ProviderEnv) -> anyhow::Result<()> {
     )
     .await;
     serve_result(result, "mcm provider aws serve")
+}
+
+/// Answers every HTTP request on `listener` with the metrics text (one request per connection).
+async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<mcm_provider_aws::metrics::CloudApiMetrics>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    while let Ok((mut stream, _)) = listener.accept().await {
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            // Read the whole head before answering: closing on a half-sent request breaks the client's pipe.
+            let mut request = Vec::new();
+            let mut chunk = [0u8; 1024];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 16 * 1024 {
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => request.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let found = request.starts_with(b"GET /metrics ");
+            let (status, body) = if found {
+                ("200 OK", metrics.encode())
+            } else {
+                ("404 Not Found", "not found\n".to_owned())
+            };
+            let answer = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n\
+                 content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(answer.as_bytes()).await;
+        });
+    }
 }
 
 /// The identity of the AWS provider.

@@ -34,10 +34,18 @@ async fn the_aws_provider_on_moto_passes_the_conformance_suite_with_the_example_
     let mut provider = Command::new(env!("CARGO_BIN_EXE_mcm"));
     provider
         .args(["provider", "aws", "serve", "--endpoint", &endpoint])
+        .args(["--metrics-address", "127.0.0.1:0"])
         .env("AWS_ENDPOINT_URL", &moto.endpoint)
         .env("MC_LOG_LEVEL", "debug");
     let provider = Background::spawn(provider, "mcm provider aws serve".into());
     provider.wait_for_stdout("the provider to serve", |out| out.contains("serving on"));
+    let stdout = provider.stdout();
+    let metrics: std::net::SocketAddr = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("mcm provider aws: metrics on http://"))
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("the metrics address is printed: {stdout}"));
 
     let output = tokio::task::spawn_blocking({
         let endpoint = endpoint.clone();
@@ -61,6 +69,16 @@ async fn the_aws_provider_on_moto_passes_the_conformance_suite_with_the_example_
         provider.stderr()
     );
     assert!(stdout.contains("PASS") && !stdout.contains("FAIL"), "{stdout}");
+
+    let (status, text) = support::get(metrics, "/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        text.contains(r#"mcm_cloud_api_requests_total{provider="aws",service="ec2"}"#)
+            && text.contains(
+                r#"mcm_cloud_api_api_request_duration_seconds_count{provider="aws",service="ec2"}"#
+            ),
+        "{text}"
+    );
 
     // After the suite, no instance of the conformance machines is left running.
     let left = moto

@@ -180,6 +180,7 @@ pub struct QueryClient {
     http: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
     retry: RetryPolicy,
     call_timeout: Duration,
+    metrics: std::sync::Arc<crate::metrics::CloudApiMetrics>,
 }
 
 impl std::fmt::Debug for QueryClient {
@@ -230,7 +231,13 @@ impl QueryClient {
             http,
             retry,
             call_timeout,
+            metrics: std::sync::Arc::default(),
         }
+    }
+
+    /// The cloud API metrics of this client's requests.
+    pub fn metrics(&self) -> std::sync::Arc<crate::metrics::CloudApiMetrics> {
+        self.metrics.clone()
     }
 
     /// Calls `action` with `params`, signed with `credentials` when given (STS's AssumeRoleWithWebIdentity is
@@ -245,7 +252,10 @@ impl QueryClient {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            let started = std::time::Instant::now();
             let result = self.call_once(target, credentials, action, params).await;
+            self.metrics
+                .observe(&target.service, started.elapsed(), result.is_err());
             match result {
                 Err(err) if err.retryable() && attempt < self.retry.attempts => {
                     let cap = self

@@ -190,6 +190,11 @@ impl AwsDriver {
         Self { config, client }
     }
 
+    /// The provider-side cloud API metrics (`mcm_cloud_api_*`) of this driver's requests.
+    pub fn metrics(&self) -> std::sync::Arc<crate::metrics::CloudApiMetrics> {
+        self.client.metrics()
+    }
+
     fn target(&self, service: &str, region: &str) -> Target {
         let (endpoint, version) = match service {
             "sts" => (self.config.sts_endpoint.clone(), "2011-06-15"),

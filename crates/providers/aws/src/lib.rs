@@ -13,6 +13,7 @@
 pub mod client;
 mod driver;
 pub mod ec2;
+pub mod metrics;
 pub mod params;
 pub mod sigv4;
 pub mod spec;

@@ -309,3 +309,30 @@ async fn terminating_an_instance_that_is_gone_is_success() {
         .expect("a gone instance is deleted");
     assert_eq!(fake.calls("TerminateInstances")[0]["InstanceId.1"], "i-0gone");
 }
+
+#[tokio::test]
+async fn every_request_is_counted_in_the_references_cloud_api_metrics() {
+    let fake = Fake::default();
+    fake.on("DescribeInstances", vec![Reply::Answer(200, NO_INSTANCES.into())]);
+    fake.on("DescribeImages", vec![Reply::Answer(200, IMAGE.into())]);
+    let throttled = Reply::Answer(503, error("RequestLimitExceeded"));
+    fake.on(
+        "RunInstances",
+        vec![throttled, Reply::Answer(200, LAUNCHED.into())],
+    );
+    let endpoint = fake.start().await;
+    let driver = driver(&endpoint, 3);
+    driver
+        .create_machine(&request())
+        .await
+        .expect("created after one retry");
+    let text = driver.metrics().encode();
+    // DescribeInstances, DescribeImages, RunInstances twice.
+    for line in [
+        r#"mcm_cloud_api_requests_total{provider="aws",service="ec2"} 4"#,
+        r#"mcm_cloud_api_requests_failed_total{provider="aws",service="ec2"} 1"#,
+        r#"mcm_cloud_api_api_request_duration_seconds_count{provider="aws",service="ec2"} 4"#,
+    ] {
+        assert!(text.contains(line), "{line} not in {text}");
+    }
+}
