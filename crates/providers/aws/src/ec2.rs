@@ -94,6 +94,21 @@ fn instance_from(node: roxmltree::Node<'_, '_>) -> Instance {
     }
 }
 
+/// Every instance of a DescribeInstances/RunInstances answer (empty when it is not XML).
+pub(crate) fn instances(xml: &str) -> Vec<Instance> {
+    let Ok(doc) = roxmltree::Document::parse(xml) else {
+        return Vec::new();
+    };
+    doc.descendants()
+        .filter(|n| n.tag_name().name() == "instancesSet")
+        .flat_map(|set| {
+            set.children()
+                .filter(|n| n.is_element() && n.tag_name().name() == "item")
+        })
+        .map(instance_from)
+        .collect()
+}
+
 impl Ec2<'_> {
     async fn call(
         &self,

@@ -182,6 +182,11 @@ pub fn all_texts(xml: &str, name: &str) -> Vec<String> {
         .collect()
 }
 
+/// The instances of a DescribeInstances (or RunInstances) answer.
+pub fn instances(xml: &str) -> Vec<crate::ec2::Instance> {
+    crate::ec2::instances(xml)
+}
+
 /// A Gardener-shaped AWS providerSpec for `network` in eu-west-1, cluster `shoot--test`.
 pub fn provider_spec(network: &Network) -> serde_json::Value {
     serde_json::json!({
