@@ -29,6 +29,13 @@ use support::{Background, Server, mcm_run_command};
 
 const DEADLINE: Duration = Duration::from_secs(90);
 const CLUSTER_TAG: &str = "kubernetes.io/cluster/shoot--example";
+/// What examples/aws/00-secret.yaml holds: the access key pair, the userData (plain and base64).
+const SECRETS: [&str; 4] = [
+    "AKIAIOSFODNN7EXAMPLE",
+    "wJalrXUtnFEMI",
+    "bootstrap the kubelet",
+    "IyEvYmluL2Jhc2gK",
+];
 
 fn examples_aws(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -217,6 +224,39 @@ async fn a_machine_deployment_of_three_on_moto_rolls_scales_to_zero_and_collects
     assert_eq!(adopted.len(), 1, "not duplicated: {adopted:?}");
     server.kubectl_ok(&["delete", "machine", "adopted-0", "--wait=true", "--timeout=60s"]);
 
+    // The error path: a class with an unknown AMI; the machine's status says so, naming the field, and carries no
+    // secret (nor does any Event or object).
+    let broken_class = class
+        .replace("name: aws-workers", "name: aws-broken")
+        .replace("ami-12c6146b", "ami-00000000000000000");
+    server.kubectl_ok(&[
+        "apply",
+        "-f",
+        support::arg(&server.write("broken-class.yaml", &broken_class)),
+    ]);
+    let broken = server.write(
+        "broken.yaml",
+        "apiVersion: machine.sapcloud.io/v1alpha1\nkind: Machine\nmetadata:\n  name: broken-0\n  namespace: default\n\
+         spec:\n  class:\n    kind: MachineClass\n    name: aws-broken\n",
+    );
+    server.kubectl_ok(&["apply", "-f", support::arg(&broken)]);
+    until("broken-0 reports the unknown AMI", || {
+        let description = server.kubectl_ok(&[
+            "get",
+            "machine",
+            "broken-0",
+            "-o",
+            "jsonpath={.status.lastOperation.description}",
+        ]);
+        async move { description.contains("providerSpec.ami").then_some(()) }
+    })
+    .await;
+    let objects = server.kubectl_ok(&["get", "machines,events", "-A", "-o", "yaml"]);
+    for secret in SECRETS {
+        assert!(!objects.contains(secret), "{secret} in an object or Event");
+    }
+    server.kubectl_ok(&["delete", "machine", "broken-0", "--wait=true", "--timeout=60s"]);
+
     // Three machines of the deployment, each on an instance tagged with its name, its node the private DNS name.
     server.kubectl_ok(&[
         "apply",
@@ -327,7 +367,7 @@ async fn a_machine_deployment_of_three_on_moto_rolls_scales_to_zero_and_collects
         String::from_utf8_lossy(&provider.stop().stderr),
         String::from_utf8_lossy(&run.stop().stderr)
     );
-    for secret in ["wJalrXUtnFEMI", "AKIAIOSFODNN7EXAMPLE", "bootstrap the kubelet"] {
+    for secret in SECRETS {
         assert!(!logs.contains(secret), "{secret} in the logs");
     }
     drop(server);
