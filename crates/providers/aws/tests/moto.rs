@@ -442,3 +442,56 @@ async fn volume_ids_of_in_tree_and_csi_volumes_without_a_cloud_call() {
         .volume_ids;
     assert_eq!(ids, vec!["vol-in-tree".to_owned(), "vol-csi".to_owned()]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workload_identity_credentials_come_from_sts() {
+    let f = fixture(1000).await;
+    let dir = std::env::temp_dir().join(format!("mcm-aws-wi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, "web-identity-token-never-shown").unwrap();
+    let secret = |token_path: &str| -> Secret {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "aws-wi", "namespace": "default"},
+            "stringData": {
+                "workloadIdentityTokenFile": token_path,
+                "roleARN": "arn:aws:iam::123456789012:role/mcm",
+                "userData": USER_DATA
+            }
+        }))
+        .unwrap()
+    };
+    let created = f
+        .driver
+        .create_machine(&CreateMachineRequest {
+            machine: machine("wi-0", ""),
+            machine_class: f.class(),
+            secret: secret(token_file.to_str().unwrap()),
+        })
+        .await
+        .expect("created with STS credentials");
+    assert!(created.provider_id.starts_with("aws:///eu-west-1/i-"));
+    let metrics = f.driver.metrics().encode();
+    assert!(
+        metrics.contains(r#"mcm_cloud_api_requests_total{provider="aws",service="sts"} 1"#),
+        "one AssumeRoleWithWebIdentity: {metrics}"
+    );
+
+    let missing = dir.join("missing");
+    let err = f
+        .driver
+        .create_machine(&CreateMachineRequest {
+            machine: machine("wi-1", ""),
+            machine_class: f.class(),
+            secret: secret(missing.to_str().unwrap()),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, MachineCode::InvalidArgument);
+    assert!(
+        err.message.contains("secretRef.workloadIdentityTokenFile"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    f.moto.stop().await;
+}
