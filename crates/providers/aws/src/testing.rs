@@ -2,7 +2,14 @@
 //! a Gardener-shaped class needs there (subnet, security group, IAM instance profile). Used by this crate's tests
 //! and the CLI's; not used by the provider itself.
 
-use std::{process::Stdio, time::Duration};
+use std::{
+    collections::{BTreeMap, VecDeque},
+    process::Stdio,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::client::{QueryClient, RetryPolicy, Target};
 use crate::sigv4::Credentials;
@@ -205,4 +212,158 @@ pub fn provider_spec(network: &Network) -> serde_json::Value {
         "instanceMetadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 2},
         "srcAndDstChecksEnabled": true
     })
+}
+
+// ---- A fake EC2 for faults moto cannot produce ----
+
+/// The text a fake error answer's `Message` carries: values a careless provider would repeat (AWS's messages may
+/// echo request parameters). Tests check that no error of ours contains them.
+pub const ECHO: &str = "echoed: fake-secret-access-key-never-shown user-data-never-shown";
+
+/// What the fake does with one request.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    /// Answer this status and body.
+    Answer(u16, String),
+    /// Close the connection without answering.
+    Drop,
+    /// Answer after this delay.
+    Slow(Duration, u16, String),
+}
+
+/// An EC2 error answer with this code (request ID `req-<code>`).
+pub fn error_xml(code: &str) -> String {
+    format!(
+        "<?xml version=\"1.0\"?><Response><Errors><Error><Code>{code}</Code><Message>{ECHO}</Message></Error></Errors>\
+         <RequestID>req-{code}</RequestID></Response>"
+    )
+}
+
+/// A DescribeInstances answer with no instance.
+pub const NO_INSTANCES: &str = "<DescribeInstancesResponse><reservationSet/></DescribeInstancesResponse>";
+/// A DescribeImages answer: one image whose root device is `/dev/xvda`.
+pub const IMAGE: &str = "<DescribeImagesResponse><imagesSet><item><rootDeviceName>/dev/xvda</rootDeviceName></item></imagesSet></DescribeImagesResponse>";
+/// A RunInstances answer: instance `i-0fake` with its private DNS name.
+pub const LAUNCHED: &str = "<RunInstancesResponse><instancesSet><item><instanceId>i-0fake</instanceId>\
+    <instanceState><name>pending</name></instanceState><privateDnsName>ip-10-0-0-1.eu-west-1.compute.internal\
+    </privateDnsName><privateIpAddress>10.0.0.1</privateIpAddress></item></instancesSet></RunInstancesResponse>";
+
+/// The fake EC2: per action a queue of replies (the last one repeats), and every request's form fields.
+/// One request to the fake: when it came, and its form fields.
+pub type Request = (Instant, BTreeMap<String, String>);
+
+/// A fake EC2 on loopback: per action a queue of scripted replies (the last one repeats); records every request.
+#[derive(Clone, Debug, Default)]
+pub struct FakeEc2 {
+    script: Arc<Mutex<BTreeMap<String, VecDeque<Reply>>>>,
+    seen: Arc<Mutex<Vec<Request>>>,
+}
+
+impl FakeEc2 {
+    /// Scripts the replies to `action`; the last one repeats.
+    ///
+    /// # Panics
+    /// When a test thread panicked while holding the script.
+    pub fn on(&self, action: &str, replies: Vec<Reply>) {
+        self.script.lock().unwrap().insert(action.into(), replies.into());
+    }
+
+    fn reply(&self, action: &str) -> Reply {
+        let mut script = self.script.lock().unwrap();
+        let queue = script.get_mut(action).expect("a scripted action");
+        if queue.len() > 1 {
+            queue.pop_front().unwrap()
+        } else {
+            queue.front().cloned().unwrap()
+        }
+    }
+
+    /// The form fields of every request of `action` so far, with when it came.
+    ///
+    /// # Panics
+    /// When a test thread panicked while holding the record.
+    pub fn calls(&self, action: &str) -> Vec<Request> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, f)| f.get("Action").map(String::as_str) == Some(action))
+            .cloned()
+            .collect()
+    }
+
+    /// Serves on a free loopback port; the endpoint URL.
+    ///
+    /// # Panics
+    /// When no port can be bound.
+    pub async fn start(&self) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let fake = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let fake = fake.clone();
+                tokio::spawn(async move {
+                    loop {
+                        let Some(body) = read_request(&mut stream).await else {
+                            return;
+                        };
+                        let form: BTreeMap<String, String> =
+                            form_urlencoded::parse(body.as_bytes()).into_owned().collect();
+                        let action = form.get("Action").cloned().unwrap_or_default();
+                        fake.seen.lock().unwrap().push((Instant::now(), form));
+                        let (status, body) = match fake.reply(&action) {
+                            Reply::Drop => return,
+                            Reply::Answer(status, body) => (status, body),
+                            Reply::Slow(delay, status, body) => {
+                                tokio::time::sleep(delay).await;
+                                (status, body)
+                            }
+                        };
+                        let answer = format!(
+                            "HTTP/1.1 {status} X\r\ncontent-type: text/xml\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if stream.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        format!("http://{address}")
+    }
+}
+
+/// Reads one HTTP/1.1 request; its body.
+/// Reads one HTTP/1.1 request; its body.
+async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<String> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while buffer.len() < end + 4 + length {
+                let n = stream.read(&mut chunk).await.ok()?;
+                if n == 0 {
+                    return None;
+                }
+                buffer.extend_from_slice(&chunk[..n]);
+            }
+            return Some(String::from_utf8_lossy(&buffer[end + 4..end + 4 + length]).into_owned());
+        }
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+    }
 }

@@ -3,147 +3,17 @@
 //! authentication errors. Each mapping to a machine code is asserted, and so is what the message carries: AWS's
 //! error code and request ID, never a credential or the userData.
 
-use std::{
-    collections::{BTreeMap, VecDeque},
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use mcm_api::{Machine, MachineClass};
 use mcm_driver::{CreateMachineRequest, DeleteMachineRequest, Driver, DriverError, MachineCode};
+use mcm_provider_aws::testing::{FakeEc2, IMAGE, LAUNCHED, NO_INSTANCES, Reply, error_xml};
 use mcm_provider_aws::{AwsConfig, AwsDriver, RetryPolicy};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// Also in the fake's echoed messages ([`mcm_provider_aws::testing::ECHO`]).
 const SECRET_KEY: &str = "fake-secret-access-key-never-shown";
 const USER_DATA: &str = "#!/bin/sh\necho user-data-never-shown\n";
-
-/// What the fake does with one request.
-#[derive(Clone, Debug)]
-enum Reply {
-    /// Answer this status and body.
-    Answer(u16, String),
-    /// Close the connection without answering.
-    Drop,
-    /// Answer after this delay.
-    Slow(Duration, u16, String),
-}
-
-fn error(code: &str) -> String {
-    format!(
-        "<?xml version=\"1.0\"?><Response><Errors><Error><Code>{code}</Code><Message>value {USER_DATA} \
-         {SECRET_KEY} echoed</Message></Error></Errors><RequestID>req-{code}</RequestID></Response>"
-    )
-}
-
-const NO_INSTANCES: &str = "<DescribeInstancesResponse><reservationSet/></DescribeInstancesResponse>";
-const IMAGE: &str = "<DescribeImagesResponse><imagesSet><item><rootDeviceName>/dev/xvda</rootDeviceName></item></imagesSet></DescribeImagesResponse>";
-const LAUNCHED: &str = "<RunInstancesResponse><instancesSet><item><instanceId>i-0fake</instanceId>\
-    <instanceState><name>pending</name></instanceState><privateDnsName>ip-10-0-0-1.eu-west-1.compute.internal\
-    </privateDnsName><privateIpAddress>10.0.0.1</privateIpAddress></item></instancesSet></RunInstancesResponse>";
-
-/// The fake EC2: per action a queue of replies (the last one repeats), and every request's form fields.
-#[derive(Clone, Default)]
-struct Fake {
-    script: Arc<Mutex<BTreeMap<String, VecDeque<Reply>>>>,
-    seen: Arc<Mutex<Vec<BTreeMap<String, String>>>>,
-}
-
-impl Fake {
-    fn on(&self, action: &str, replies: Vec<Reply>) {
-        self.script.lock().unwrap().insert(action.into(), replies.into());
-    }
-
-    fn reply(&self, action: &str) -> Reply {
-        let mut script = self.script.lock().unwrap();
-        let queue = script.get_mut(action).expect("a scripted action");
-        if queue.len() > 1 {
-            queue.pop_front().unwrap()
-        } else {
-            queue.front().cloned().unwrap()
-        }
-    }
-
-    fn calls(&self, action: &str) -> Vec<BTreeMap<String, String>> {
-        self.seen
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|f| f.get("Action").map(String::as_str) == Some(action))
-            .cloned()
-            .collect()
-    }
-
-    async fn start(&self) -> String {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let fake = self.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((mut stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let fake = fake.clone();
-                tokio::spawn(async move {
-                    loop {
-                        let Some(body) = read_request(&mut stream).await else {
-                            return;
-                        };
-                        let form: BTreeMap<String, String> =
-                            form_urlencoded::parse(body.as_bytes()).into_owned().collect();
-                        let action = form.get("Action").cloned().unwrap_or_default();
-                        fake.seen.lock().unwrap().push(form);
-                        let (status, body) = match fake.reply(&action) {
-                            Reply::Drop => return,
-                            Reply::Answer(status, body) => (status, body),
-                            Reply::Slow(delay, status, body) => {
-                                tokio::time::sleep(delay).await;
-                                (status, body)
-                            }
-                        };
-                        let answer = format!(
-                            "HTTP/1.1 {status} X\r\ncontent-type: text/xml\r\ncontent-length: {}\r\n\r\n{body}",
-                            body.len()
-                        );
-                        if stream.write_all(answer.as_bytes()).await.is_err() {
-                            return;
-                        }
-                    }
-                });
-            }
-        });
-        format!("http://{address}")
-    }
-}
-
-/// Reads one HTTP/1.1 request; its body.
-async fn read_request(stream: &mut tokio::net::TcpStream) -> Option<String> {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buffer[..end]).to_lowercase();
-            let length: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            while buffer.len() < end + 4 + length {
-                let n = stream.read(&mut chunk).await.ok()?;
-                if n == 0 {
-                    return None;
-                }
-                buffer.extend_from_slice(&chunk[..n]);
-            }
-            return Some(String::from_utf8_lossy(&buffer[end + 4..end + 4 + length]).into_owned());
-        }
-        let n = stream.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buffer.extend_from_slice(&chunk[..n]);
-    }
-}
 
 fn driver(endpoint: &str, attempts: u32) -> AwsDriver {
     AwsDriver::new(AwsConfig {
@@ -187,8 +57,8 @@ fn request() -> CreateMachineRequest {
     }
 }
 
-async fn create_with(run_instances: Vec<Reply>, attempts: u32) -> (Fake, Result<String, DriverError>) {
-    let fake = Fake::default();
+async fn create_with(run_instances: Vec<Reply>, attempts: u32) -> (FakeEc2, Result<String, DriverError>) {
+    let fake = FakeEc2::default();
     fake.on("DescribeInstances", vec![Reply::Answer(200, NO_INSTANCES.into())]);
     fake.on("DescribeImages", vec![Reply::Answer(200, IMAGE.into())]);
     fake.on("RunInstances", run_instances);
@@ -209,7 +79,7 @@ fn assert_clean(err: &DriverError) {
 #[tokio::test]
 async fn capacity_and_quota_errors_are_resource_exhausted_with_code_and_request_id() {
     for code in mcm_provider_aws::client::RESOURCE_EXHAUSTED_CODES {
-        let (fake, result) = create_with(vec![Reply::Answer(400, error(code))], 4).await;
+        let (fake, result) = create_with(vec![Reply::Answer(400, error_xml(code))], 4).await;
         let err = result.unwrap_err();
         assert_eq!(err.code, MachineCode::ResourceExhausted, "{code}: {err}");
         assert!(
@@ -227,7 +97,7 @@ async fn capacity_and_quota_errors_are_resource_exhausted_with_code_and_request_
 
 #[tokio::test]
 async fn throttling_is_retried_with_the_same_client_token_then_succeeds() {
-    let throttled = Reply::Answer(503, error("RequestLimitExceeded"));
+    let throttled = Reply::Answer(503, error_xml("RequestLimitExceeded"));
     let (fake, result) = create_with(
         vec![throttled.clone(), throttled, Reply::Answer(200, LAUNCHED.into())],
         4,
@@ -236,20 +106,26 @@ async fn throttling_is_retried_with_the_same_client_token_then_succeeds() {
     assert_eq!(result.unwrap(), "aws:///eu-west-1/i-0fake");
     let calls = fake.calls("RunInstances");
     assert_eq!(calls.len(), 3);
-    let tokens: Vec<_> = calls.iter().map(|c| c["ClientToken"].clone()).collect();
+    let tokens: Vec<_> = calls.iter().map(|(_, c)| c["ClientToken"].clone()).collect();
     assert!(
         tokens.iter().all(|t| *t == tokens[0]),
         "one ClientToken across retries: {tokens:?}"
     );
-    assert_eq!(calls[0]["MinCount"], "1");
-    assert_eq!(calls[0]["MaxCount"], "1");
+    assert_eq!(calls[0].1["MinCount"], "1");
+    assert_eq!(calls[0].1["MaxCount"], "1");
 }
 
 #[tokio::test]
 async fn throttling_5xx_drops_and_slow_answers_that_persist_are_unavailable() {
     let cases = [
-        ("throttling", Reply::Answer(503, error("RequestLimitExceeded"))),
-        ("500 InternalError", Reply::Answer(500, error("InternalError"))),
+        (
+            "throttling",
+            Reply::Answer(503, error_xml("RequestLimitExceeded")),
+        ),
+        (
+            "500 InternalError",
+            Reply::Answer(500, error_xml("InternalError")),
+        ),
         (
             "503 without XML",
             Reply::Answer(503, "Service Unavailable".into()),
@@ -280,7 +156,7 @@ async fn authentication_permission_and_other_errors() {
         ("InvalidSubnetID.NotFound", 400, MachineCode::NotFound),
     ];
     for (code, status, want) in cases {
-        let (_, result) = create_with(vec![Reply::Answer(status, error(code))], 3).await;
+        let (_, result) = create_with(vec![Reply::Answer(status, error_xml(code))], 3).await;
         let err = result.unwrap_err();
         assert_eq!(err.code, want, "{code}: {err}");
         assert!(err.message.contains(code), "{err}");
@@ -290,10 +166,10 @@ async fn authentication_permission_and_other_errors() {
 
 #[tokio::test]
 async fn terminating_an_instance_that_is_gone_is_success() {
-    let fake = Fake::default();
+    let fake = FakeEc2::default();
     fake.on(
         "TerminateInstances",
-        vec![Reply::Answer(400, error("InvalidInstanceID.NotFound"))],
+        vec![Reply::Answer(400, error_xml("InvalidInstanceID.NotFound"))],
     );
     let endpoint = fake.start().await;
     let create = request();
@@ -307,15 +183,15 @@ async fn terminating_an_instance_that_is_gone_is_success() {
         })
         .await
         .expect("a gone instance is deleted");
-    assert_eq!(fake.calls("TerminateInstances")[0]["InstanceId.1"], "i-0gone");
+    assert_eq!(fake.calls("TerminateInstances")[0].1["InstanceId.1"], "i-0gone");
 }
 
 #[tokio::test]
 async fn every_request_is_counted_in_the_references_cloud_api_metrics() {
-    let fake = Fake::default();
+    let fake = FakeEc2::default();
     fake.on("DescribeInstances", vec![Reply::Answer(200, NO_INSTANCES.into())]);
     fake.on("DescribeImages", vec![Reply::Answer(200, IMAGE.into())]);
-    let throttled = Reply::Answer(503, error("RequestLimitExceeded"));
+    let throttled = Reply::Answer(503, error_xml("RequestLimitExceeded"));
     fake.on(
         "RunInstances",
         vec![throttled, Reply::Answer(200, LAUNCHED.into())],
