@@ -280,6 +280,136 @@ pub fn validated(value: &serde_json::Value, secret: &Secret) -> Result<AwsProvid
 mod tests {
     use super::*;
 
+    fn secret(pairs: &[(&str, &str)]) -> Secret {
+        let data: serde_json::Map<String, serde_json::Value> = pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).into()))
+            .collect();
+        serde_json::from_value(serde_json::json!({"stringData": data})).unwrap()
+    }
+
+    fn valid() -> serde_json::Value {
+        serde_json::json!({
+            "ami": "ami-1", "region": "eu-west-1", "machineType": "m5.large", "iam": {"arn": "arn:x"},
+            "networkInterfaces": [{"subnetID": "subnet-1", "securityGroupIDs": ["sg-1"]}],
+            "tags": {"kubernetes.io/cluster/c": "1", "kubernetes.io/role/node": "1"}
+        })
+    }
+
+    fn check(spec: &serde_json::Value, secret: &Secret) -> Vec<String> {
+        problems(&crate::spec::parse(spec).unwrap(), secret)
+    }
+
+    #[test]
+    fn the_references_rules_each_name_their_field() {
+        let ok = secret(&[("accessKeyID", "a"), ("secretAccessKey", "s"), ("userData", "u")]);
+        assert_eq!(check(&valid(), &ok), Vec::<String>::new());
+        let cases: Vec<(serde_json::Value, &str)> = vec![
+            (
+                serde_json::json!({"blockDevices": [
+                {"deviceName": "/root", "ebs": {"volumeSize": 10, "volumeType": "io1"}},
+                {"deviceName": "/root", "ebs": {"volumeSize": 0, "volumeType": "gp9"}}]}),
+                "providerSpec.blockDevices: exactly one device must be the root",
+            ),
+            (
+                serde_json::json!({"blockDevices": [{"deviceName": "/root", "ebs": {"volumeSize": 10, "volumeType": "io1"}}]}),
+                "providerSpec.blockDevices[0].ebs.iops",
+            ),
+            (
+                serde_json::json!({"blockDevices": [
+                {"deviceName": "/root", "ebs": {"volumeSize": 10, "volumeType": "gp3"}},
+                {"deviceName": "/dev/hda", "ebs": {"volumeSize": 10, "volumeType": "gp3", "throughput": 0}}]}),
+                "providerSpec.blockDevices[1].deviceName",
+            ),
+            (
+                serde_json::json!({"blockDevices": [{"ebs": {"volumeSize": 10, "volumeType": "gp3", "throughput": -1}}]}),
+                "providerSpec.blockDevices[0].ebs.throughput",
+            ),
+            (
+                serde_json::json!({"capacityReservation": {"capacityReservationPreference": "open", "capacityReservationId": "cr-1"}}),
+                "providerSpec.capacityReservation: ",
+            ),
+            (
+                serde_json::json!({"networkInterfaces": [{"subnetID": "", "securityGroupIDs": [""]}]}),
+                "providerSpec.networkInterfaces[0].securityGroupIDs[0]",
+            ),
+            (
+                serde_json::json!({"networkInterfaces": []}),
+                "providerSpec.networkInterfaces: at least one",
+            ),
+            (
+                serde_json::json!({"cpuOptions": {"coreCount": 2, "threadsPerCore": 3}}),
+                "providerSpec.cpuOptions.threadsPerCore",
+            ),
+            (
+                serde_json::json!({"cpuOptions": {"threadsPerCore": 1}}),
+                "providerSpec.cpuOptions.coreCount",
+            ),
+            (
+                serde_json::json!({"placement": {"partitionNumber": 0}}),
+                "providerSpec.placement.partitionNumber",
+            ),
+            (
+                serde_json::json!({"instanceMetadataOptions": {"httpTokens": "maybe"}}),
+                "providerSpec.instanceMetadataOptions.httpTokens",
+            ),
+            (serde_json::json!({"iam": {}}), "providerSpec.iam"),
+            (
+                serde_json::json!({"ami": "", "region": "", "machineType": ""}),
+                "providerSpec.machineType: required",
+            ),
+        ];
+        for (patch, field) in cases {
+            let mut spec = valid();
+            for (k, v) in patch.as_object().unwrap() {
+                spec[k] = v.clone();
+            }
+            let found = check(&spec, &ok);
+            assert!(
+                found.iter().any(|p| p.starts_with(field)),
+                "{field} not in {found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn secrets_need_a_key_pair_or_workload_identity_and_user_data() {
+        let found = check(&valid(), &secret(&[("providerAccessKeyId", "a")]));
+        assert_eq!(
+            found,
+            vec![
+                "secretRef.providerSecretAccessKey: required (providerSecretAccessKey or secretAccessKey)"
+                    .to_owned(),
+                "secretRef.userData: required".to_owned(),
+            ]
+        );
+        let found = check(
+            &valid(),
+            &secret(&[("workloadIdentityTokenFile", "/t"), ("userData", "u")]),
+        );
+        assert_eq!(
+            found,
+            vec!["secretRef.roleARN: required when workload identity is used".to_owned()]
+        );
+        let ok = secret(&[
+            ("workloadIdentityTokenFile", "/t"),
+            ("roleARN", "arn:r"),
+            ("userData", "u"),
+        ]);
+        assert!(check(&valid(), &ok).is_empty());
+    }
+
+    #[test]
+    fn unknown_fields_are_reported_with_their_path() {
+        let mut spec = valid();
+        spec["networkInterfaces"][0]["subnetId"] = "subnet-1".into();
+        let err = crate::spec::parse(&spec).unwrap_err();
+        assert!(
+            err.starts_with("providerSpec.networkInterfaces[0]") && err.contains("subnetId"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn data_device_names_follow_the_references_pattern() {
         for ok in ["/dev/sda", "/dev/sdz", "/dev/xvda", "/dev/xvdcz"] {
