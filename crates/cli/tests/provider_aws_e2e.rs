@@ -67,11 +67,30 @@ async fn live_instances(moto: &Moto) -> Vec<(String, String, String)> {
 }
 
 /// The simulated kubelet: every second, a Node (name = private DNS name, providerID) for every live instance, its
-/// Ready condition heartbeated.
+/// Ready condition heartbeated; and the cloud node lifecycle controller: Nodes of gone instances deleted.
 async fn kubelet(moto: Arc<Moto>, client: Client, stop: Arc<AtomicBool>) {
     let nodes: Api<Node> = Api::all(client);
     while !stop.load(Ordering::SeqCst) {
-        for (id, _, dns) in live_instances(&moto).await {
+        let live = live_instances(&moto).await;
+        // As the cloud node lifecycle controller does: a Node whose instance is gone is deleted (moto hands a
+        // terminated instance's private IP, and so its DNS name, to the next instance at once).
+        if let Ok(list) = nodes.list(&kube::api::ListParams::default()).await {
+            for node in list {
+                let provider_id = node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.provider_id.clone())
+                    .unwrap_or_default();
+                if !live
+                    .iter()
+                    .any(|(id, _, _)| provider_id == format!("aws:///eu-west-1/{id}"))
+                {
+                    let name = node.metadata.name.unwrap_or_default();
+                    let _ = nodes.delete(&name, &kube::api::DeleteParams::default()).await;
+                }
+            }
+        }
+        for (id, _, dns) in live {
             if dns.is_empty() {
                 continue;
             }
@@ -99,16 +118,34 @@ async fn kubelet(moto: Arc<Moto>, client: Client, stop: Arc<AtomicBool>) {
 }
 
 /// Waits (with a deadline) until `probe` answers `Some`.
+/// What the last probe saw, shown when a wait times out.
+static LAST: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+
+type LogsFn = Box<dyn Fn() -> String + Send>;
+static LOGS: std::sync::Mutex<Option<LogsFn>> = std::sync::Mutex::new(None);
+
+fn saw(what: String) {
+    *LAST.lock().unwrap() = what;
+}
+
 async fn until<T, F: Future<Output = Option<T>>>(what: &str, mut probe: impl FnMut() -> F) -> T {
     let deadline = tokio::time::Instant::now() + DEADLINE;
     loop {
         if let Some(value) = probe().await {
             return value;
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
+        if tokio::time::Instant::now() >= deadline {
+            let logs = LOGS.lock().unwrap().as_ref().map(|f| f()).unwrap_or_default();
+            let lines: Vec<&str> = logs
+                .lines()
+                .filter(|l| !l.contains(" DEBUG ") && !l.contains(" TRACE "))
+                .collect();
+            panic!(
+                "timed out waiting for {what}; last seen: {}\nmcm run's last log lines:\n{}",
+                LAST.lock().unwrap(),
+                lines[lines.len().saturating_sub(40)..].join("\n")
+            );
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
@@ -163,7 +200,11 @@ async fn a_machine_deployment_of_three_on_moto_rolls_scales_to_zero_and_collects
         "--machine-safety-orphan-vms-grace=3s",
         "--v=4",
     ]);
-    let run = Background::spawn(run, "mcm run".into());
+    let run = Arc::new(Background::spawn(run, "mcm run".into()));
+    {
+        let run = run.clone();
+        *LOGS.lock().unwrap() = Some(Box::new(move || run.stderr()));
+    }
 
     let file = Kubeconfig::read_from(server.kubeconfig()).unwrap();
     let config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
@@ -268,6 +309,7 @@ async fn a_machine_deployment_of_three_on_moto_rolls_scales_to_zero_and_collects
         let moto = moto.clone();
         async move {
             let instances = live_instances(&moto).await;
+            saw(format!("machines {found:?}, instances {instances:?}"));
             let running: Vec<_> = found.iter().filter(|m| m.1 == "Running").cloned().collect();
             (running.len() == 3 && found.len() == 3 && instances.len() == 3).then_some((running, instances))
         }
@@ -300,6 +342,7 @@ async fn a_machine_deployment_of_three_on_moto_rolls_scales_to_zero_and_collects
         let old = old.clone();
         async move {
             let instances = live_instances(&moto).await;
+            saw(format!("machines {found:?}, instances {instances:?}"));
             let fresh = found
                 .iter()
                 .filter(|m| !old.contains(&m.0) && m.1 == "Running")
@@ -365,7 +408,14 @@ async fn a_machine_deployment_of_three_on_moto_rolls_scales_to_zero_and_collects
     let logs = format!(
         "{}{}",
         String::from_utf8_lossy(&provider.stop().stderr),
-        String::from_utf8_lossy(&run.stop().stderr)
+        String::from_utf8_lossy(&{
+            LOGS.lock().unwrap().take();
+            Arc::try_unwrap(run)
+                .ok()
+                .expect("the log reader let go of mcm run")
+                .stop()
+                .stderr
+        })
     );
     for secret in SECRETS {
         assert!(!logs.contains(secret), "{secret} in the logs");
