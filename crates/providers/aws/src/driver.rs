@@ -89,6 +89,7 @@ impl AwsConfig {
 pub struct AwsDriver {
     config: AwsConfig,
     client: QueryClient,
+    sts_cache: std::sync::Arc<crate::ec2::StsCache>,
 }
 
 /// The provider ID of an instance.
@@ -187,7 +188,11 @@ impl AwsDriver {
     /// A driver with this configuration.
     pub fn new(config: AwsConfig) -> Self {
         let client = QueryClient::new(config.retry, config.call_timeout);
-        Self { config, client }
+        Self {
+            config,
+            client,
+            sts_cache: std::sync::Arc::default(),
+        }
     }
 
     /// The provider-side cloud API metrics (`mcm_cloud_api_*`) of this driver's requests.
@@ -209,7 +214,9 @@ impl AwsDriver {
     }
 
     async fn ec2(&self, region: &str, secret: &Secret) -> Result<Ec2<'_>, DriverError> {
-        let credentials = crate::ec2::credentials(&self.client, &self.target("sts", region), secret).await?;
+        let credentials =
+            crate::ec2::credentials(&self.client, &self.target("sts", region), &self.sts_cache, secret)
+                .await?;
         Ok(Ec2 {
             client: &self.client,
             target: self.target("ec2", region),

@@ -226,12 +226,33 @@ impl Ec2<'_> {
     }
 }
 
+/// Credentials from STS, by a hash of (STS endpoint, role, token), with their expiry: reused until five minutes
+/// before it, so that every call does not assume the role again.
+#[derive(Debug, Default)]
+pub struct StsCache(std::sync::Mutex<std::collections::HashMap<String, (Credentials, jiff::Timestamp)>>);
+
+impl StsCache {
+    fn get(&self, key: &str) -> Option<Credentials> {
+        let cache = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (credentials, expires) = cache.get(key)?;
+        let margin = jiff::SignedDuration::from_mins(5);
+        (jiff::Timestamp::now() + margin < *expires).then(|| credentials.clone())
+    }
+
+    fn put(&self, key: String, credentials: Credentials, expires: jiff::Timestamp) {
+        let mut cache = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        cache.retain(|_, (_, at)| *at > jiff::Timestamp::now());
+        cache.insert(key, (credentials, expires));
+    }
+}
+
 /// The credentials of a secret: `providerAccessKeyId`/`accessKeyID` and `providerSecretAccessKey`/
 /// `secretAccessKey`, or `workloadIdentityTokenFile` + `roleARN` exchanged with STS AssumeRoleWithWebIdentity.
 /// Errors name keys, never values.
 pub async fn credentials(
     client: &QueryClient,
     sts: &Target,
+    cache: &StsCache,
     secret: &Secret,
 ) -> Result<Credentials, DriverError> {
     let string = |key: &str| secret_value(secret, key).map(|v| String::from_utf8_lossy(&v).trim().to_owned());
@@ -246,6 +267,10 @@ pub async fn credentials(
                 "secretRef.{WORKLOAD_IDENTITY_TOKEN_FILE}: reading the token file {path}: {err}"
             ))
         })?;
+        let key = crate::sigv4::sha256_hex(format!("{}\n{role}\n{}", sts.endpoint, token.trim()).as_bytes());
+        if let Some(credentials) = cache.get(&key) {
+            return Ok(credentials);
+        }
         let params = [
             ("RoleArn".to_owned(), role),
             ("RoleSessionName".to_owned(), "mcm-provider-aws".to_owned()),
@@ -261,11 +286,15 @@ pub async fn credentials(
             .ok_or_else(|| {
                 DriverError::internal("AssumeRoleWithWebIdentity: no credentials in the answer")
             })?;
-        return Ok(Credentials {
+        let credentials = Credentials {
             access_key_id: text(creds, "AccessKeyId").to_owned(),
             secret_access_key: text(creds, "SecretAccessKey").to_owned(),
             session_token: Some(text(creds, "SessionToken").to_owned()),
-        });
+        };
+        if let Ok(expires) = text(creds, "Expiration").parse::<jiff::Timestamp>() {
+            cache.put(key, credentials.clone(), expires);
+        }
+        return Ok(credentials);
     }
     let access_key_id = string(ACCESS_KEY_ID).or_else(|| string(ALT_ACCESS_KEY_ID));
     let secret_access_key = string(SECRET_ACCESS_KEY).or_else(|| string(ALT_SECRET_ACCESS_KEY));

@@ -476,6 +476,20 @@ async fn workload_identity_credentials_come_from_sts() {
         metrics.contains(r#"mcm_cloud_api_requests_total{provider="aws",service="sts"} 1"#),
         "one AssumeRoleWithWebIdentity: {metrics}"
     );
+    // The role's credentials are reused until shortly before they expire.
+    f.driver
+        .get_machine_status(&GetMachineStatusRequest {
+            machine: machine("wi-0", &created.provider_id),
+            machine_class: f.class(),
+            secret: secret(token_file.to_str().unwrap()),
+        })
+        .await
+        .expect("status with cached STS credentials");
+    let metrics = f.driver.metrics().encode();
+    assert!(
+        metrics.contains(r#"mcm_cloud_api_requests_total{provider="aws",service="sts"} 1"#),
+        "still one AssumeRoleWithWebIdentity: {metrics}"
+    );
 
     let missing = dir.join("missing");
     let err = f
