@@ -37,7 +37,7 @@ async fn the_aws_provider_on_moto_passes_the_conformance_suite_with_the_example_
         .args(["provider", "aws", "serve", "--endpoint", &endpoint])
         .args(["--metrics-address", "127.0.0.1:0"])
         .env("AWS_ENDPOINT_URL", &moto.endpoint)
-        .env("MC_LOG_LEVEL", "debug");
+        .env("MC_LOG_LEVEL", "trace");
     let provider = Background::spawn(provider, "mcm provider aws serve".into());
     provider.wait_for_stdout("the provider to serve", |out| out.contains("serving on"));
     let stdout = provider.stdout();

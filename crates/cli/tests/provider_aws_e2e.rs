@@ -190,7 +190,7 @@ async fn a_machine_deployment_of_three_on_moto_rolls_scales_to_zero_and_collects
     provider
         .args(["provider", "aws", "serve", "--endpoint", &endpoint])
         .env("AWS_ENDPOINT_URL", &moto.endpoint)
-        .env("MC_LOG_LEVEL", "debug");
+        .env("MC_LOG_LEVEL", "trace");
     let provider = Background::spawn(provider, "mcm provider aws serve".into());
     provider.wait_for_stdout("the provider to serve", |out| out.contains("serving on"));
     let mut run = mcm_run_command(&server, &["--provider-endpoint", &endpoint]);
