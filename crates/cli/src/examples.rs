@@ -1,4 +1,4 @@
-//! `mcm examples`: the repository's example manifests (`examples/local`, `examples/sim`), built into the binary so
+//! `mcm examples`: the repository's example manifests (`examples/local`, `examples/sim`, `examples/aws`), built into the binary so
 //! that `mcm examples local | kubectl apply -f -` works from any directory, and so that `mcm provider test` has a
 //! class and a secret to use when none is given.
 
@@ -37,17 +37,20 @@ pub(crate) enum Set {
     Local,
     /// For `mcm run --provider sim` (in-memory VMs with simulated kubelets).
     Sim,
+    /// For `mcm run --provider aws` (EC2 instances from a Gardener-shaped AWS MachineClass).
+    Aws,
 }
 
 impl Set {
     /// Every set, in the order listed.
-    const ALL: [Self; 2] = [Self::Local, Self::Sim];
+    const ALL: [Self; 3] = [Self::Local, Self::Sim, Self::Aws];
 
     /// The folder name under `examples/`.
     pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Local => "local",
             Self::Sim => "sim",
+            Self::Aws => "aws",
         }
     }
 
@@ -69,6 +72,11 @@ impl Set {
                 "20-machine-set.yaml",
                 "30-machine-deployment.yaml",
             ),
+            Self::Aws => examples!("aws":
+                "00-secret.yaml",
+                "01-machine-class.yaml",
+                "30-machine-deployment.yaml",
+            ),
         }
     }
 
@@ -77,6 +85,7 @@ impl Set {
         match self {
             Self::Local => include_str!("../../../examples/local/README.md"),
             Self::Sim => include_str!("../../../examples/sim/README.md"),
+            Self::Aws => include_str!("../../../examples/aws/README.md"),
         }
     }
 

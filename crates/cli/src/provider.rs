@@ -28,6 +28,11 @@ enum ProviderCommand {
         #[command(subcommand)]
         command: LocalCommand,
     },
+    /// The AWS provider: EC2 instances from Gardener's AWS MachineClasses (docs/providers/aws.md).
+    Aws {
+        #[command(subcommand)]
+        command: AwsCommand,
+    },
     /// Run the provider conformance suite against a live provider: identity and probe, CreateMachine (and its
     /// idempotency), GetMachineStatus, ListMachines, InitializeMachine, an invalid providerSpec, error messages,
     /// DeleteMachine (and its idempotency), NotFound after deletion, GetVolumeIDs. Creates and deletes machines
@@ -95,6 +100,26 @@ enum LocalCommand {
     Serve(LocalServeArgs),
 }
 
+#[derive(Debug, Subcommand)]
+enum AwsCommand {
+    /// Serve the AWS provider over gRPC on MC_ENDPOINT (or --endpoint) until SIGINT or SIGTERM. Credentials come
+    /// from each class's Secret. Environment: MC_ENDPOINT (REQUIRED), MC_TLS_* (REQUIRED for tcp://),
+    /// MC_LOG_FORMAT, MC_LOG_LEVEL, and AWS_ENDPOINT_URL_EC2 / AWS_ENDPOINT_URL_STS / AWS_ENDPOINT_URL to point the
+    /// provider at another EC2 (an emulator, a private cloud).
+    Serve(AwsServeArgs),
+}
+
+#[derive(Debug, Args)]
+struct AwsServeArgs {
+    /// Where to serve (overrides MC_ENDPOINT): unix:///path/to.sock or tcp://host:port.
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// Serve the provider-side metrics (`mcm_cloud_api_requests_total`, ...) on http://<address>/metrics
+    /// (port 0 picks a free one; the address is printed). Not served when absent.
+    #[arg(long)]
+    metrics_address: Option<std::net::SocketAddr>,
+}
+
 #[derive(Debug, Args)]
 struct LocalServeArgs {
     /// Where to serve (overrides MC_ENDPOINT): unix:///path/to.sock or tcp://host:port.
@@ -160,6 +185,14 @@ pub fn main(args: ProviderArgs) -> anyhow::Result<()> {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(serve_local(args, env))
         }
+        ProviderCommand::Aws {
+            command: AwsCommand::Serve(args),
+        } => {
+            let env = provider_env(args.endpoint.as_ref(), "mcm provider aws serve");
+            init_provider_logging(&env);
+            let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+            runtime.block_on(serve_aws(env, args.metrics_address))
+        }
         ProviderCommand::Test(args) => {
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             if !runtime.block_on(conformance(args))? {
@@ -212,6 +245,79 @@ async fn serve_local(args: LocalServeArgs, env: ProviderEnv) -> anyhow::Result<(
     })
     .await;
     serve_result(result, "mcm provider local serve")
+}
+
+async fn serve_aws(env: ProviderEnv, metrics_address: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
+    let config = mcm_provider_aws::AwsConfig::from_env();
+    if let Some(endpoint) = &config.ec2_endpoint {
+        tracing::info!(ec2_endpoint = %endpoint, "EC2 endpoint overridden");
+    }
+    let driver = mcm_provider_aws::AwsDriver::new(config);
+    if let Some(address) = metrics_address {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .with_context(|| format!("--metrics-address {address}"))?;
+        println!(
+            "mcm provider aws: metrics on http://{}/metrics",
+            listener.local_addr()?
+        );
+        tokio::spawn(serve_metrics(listener, driver.metrics()));
+    }
+    println!("mcm provider aws: serving on {}", env.endpoint);
+    let result = mcm_grpc::serve(
+        Arc::new(driver),
+        aws_info(),
+        &env.endpoint,
+        env.tls.as_ref(),
+        async {
+            let _ = crate::wait_for_signal().await;
+        },
+    )
+    .await;
+    serve_result(result, "mcm provider aws serve")
+}
+
+/// Answers every HTTP request on `listener` with the metrics text (one request per connection).
+async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<mcm_provider_aws::metrics::CloudApiMetrics>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    while let Ok((mut stream, _)) = listener.accept().await {
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            // Read the whole head before answering: closing on a half-sent request breaks the client's pipe.
+            let mut request = Vec::new();
+            let mut chunk = [0u8; 1024];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") && request.len() < 16 * 1024 {
+                match stream.read(&mut chunk).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => request.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let found = request.starts_with(b"GET /metrics ");
+            let (status, body) = if found {
+                ("200 OK", metrics.encode())
+            } else {
+                ("404 Not Found", "not found\n".to_owned())
+            };
+            let answer = format!(
+                "HTTP/1.1 {status}\r\ncontent-type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n\
+                 content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(answer.as_bytes()).await;
+        });
+    }
+}
+
+/// The identity of the AWS provider.
+pub fn aws_info() -> ProviderInfo {
+    ProviderInfo {
+        name: "aws".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        optional_methods: mcm_provider_aws::optional_methods(),
+    }
 }
 
 /// A serve error that is a misconfiguration exits 2; others are errors.

@@ -221,8 +221,9 @@ pub(crate) struct RunArgs {
     /// never drained, and nodes are not watched. Defaults to the control kubeconfig.
     #[arg(long)]
     pub(crate) target_kubeconfig: Option<String>,
-    /// The built-in provider to drive (`sim`: in-memory machines with a simulated kubelet on the target cluster).
-    #[arg(long, value_parser = ["sim"], required_unless_present = "provider_endpoint", conflicts_with = "provider_endpoint")]
+    /// The built-in provider to drive (`sim`: in-memory machines with a simulated kubelet on the target cluster;
+    /// `aws`: EC2 instances, endpoint from AWS_ENDPOINT_URL_EC2 / AWS_ENDPOINT_URL, credentials from class secrets).
+    #[arg(long, value_parser = ["sim", "aws"], required_unless_present = "provider_endpoint", conflicts_with = "provider_endpoint")]
     pub(crate) provider: Option<String>,
     /// Drive a provider out of process over gRPC instead: unix:///path/to.sock, or tcp://host:port with
     /// --provider-tls-cert, --provider-tls-key and --provider-tls-ca.
@@ -701,6 +702,9 @@ pub(crate) async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
             println!("mcm run: provider {name} at {endpoint}");
             probe = Some(grpc.clone());
             (Arc::new(grpc), name)
+        } else if args.provider.as_deref() == Some("aws") {
+            let driver = mcm_provider_aws::AwsDriver::new(mcm_provider_aws::AwsConfig::from_env());
+            (Arc::new(driver), "aws".to_owned())
         } else {
             let driver = mcm_provider_sim::SimDriver::new(mcm_provider_sim::SimConfig::default());
             kubelet = target.as_ref().map(|target| {
