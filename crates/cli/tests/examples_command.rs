@@ -121,7 +121,7 @@ fn an_unknown_file_is_refused_naming_it_and_the_known_ones() {
         stderr.contains("\"02-machine-class-medium\"") && stderr.contains("00-secret.yaml"),
         "{stderr}"
     );
-    let output = mcm(&["examples", "aws"]);
+    let output = mcm(&["examples", "gcp"]);
     assert_eq!(
         output.status.code(),
         Some(2),
