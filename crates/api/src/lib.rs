@@ -5,6 +5,7 @@
 //! here unchanged. This crate has no I/O: it holds the types, the well-known [`keys`], [`validation`] as pure
 //! functions returning field paths, and [`crd`] generation from the Rust types.
 
+mod bootstrap_token;
 pub mod crd;
 pub mod duration;
 pub mod keys;
@@ -16,6 +17,7 @@ mod resource;
 mod shared;
 pub mod validation;
 
+pub use bootstrap_token::bootstrap_tokens_in;
 pub use duration::GoDuration;
 pub use machine::{
     CurrentStatus, LastOperation, Machine, MachineOperationType, MachinePhase, MachineSpec, MachineState,

@@ -106,7 +106,7 @@ impl Redactor {
         }
         // Bootstrap tokens inside a value (a rendered boot script, a kubeadm join line): a provider may quote the
         // token alone.
-        for token in bootstrap_tokens_in(&text) {
+        for token in mcm_api::bootstrap_tokens_in(&text) {
             candidates.push(token.to_owned());
             candidates.push(token[7..].to_owned());
         }
@@ -172,22 +172,6 @@ impl Redactor {
     pub fn redact_error(&self, error: &DriverError) -> DriverError {
         DriverError::new(error.code, self.redact(&error.message))
     }
-}
-
-/// The Kubernetes bootstrap tokens (`[a-z0-9]{6}.[a-z0-9]{16}`, not part of a longer such word) in a text.
-fn bootstrap_tokens_in(text: &str) -> Vec<&str> {
-    let bytes = text.as_bytes();
-    let ok = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    (0..bytes.len().saturating_sub(22))
-        .filter(|&i| {
-            bytes[i + 6] == b'.'
-                && bytes[i..i + 6].iter().all(|b| ok(*b))
-                && bytes[i + 7..i + 23].iter().all(|b| ok(*b))
-                && (i == 0 || !ok(bytes[i - 1]))
-                && bytes.get(i + 23).is_none_or(|b| !ok(*b))
-        })
-        .map(|i| &text[i..i + 23])
-        .collect()
 }
 
 fn is_base64_char(c: u8) -> bool {

@@ -76,22 +76,6 @@ fn retryable(method: DriverMethod) -> MachineCode {
     }
 }
 
-/// `[a-z0-9]{6}.[a-z0-9]{16}` tokens in a text.
-fn bootstrap_tokens(text: &str) -> Vec<String> {
-    let bytes = text.as_bytes();
-    let ok = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    (0..bytes.len().saturating_sub(22))
-        .filter(|&i| {
-            bytes[i + 6] == b'.'
-                && bytes[i..i + 6].iter().all(|b| ok(*b))
-                && bytes[i + 7..i + 23].iter().all(|b| ok(*b))
-                && (i == 0 || !ok(bytes[i - 1]))
-                && bytes.get(i + 23).is_none_or(|b| !ok(*b))
-        })
-        .map(|i| text[i..i + 23].to_owned())
-        .collect()
-}
-
 /// The forms of a value a careless provider might quote: as it is, and in one base64 form, picked by `variant`
 /// so that every form shows up over the values of a request. (Not all four at once: the message travels in a
 /// gRPC trailer, which HTTP/2 limits to a few kilobytes.)
@@ -138,8 +122,8 @@ fn echo(
         for (n, line) in text.lines().enumerate() {
             forms(&format!("secret.{key}.line{n}"), line, next(), &mut parts);
         }
-        for token in bootstrap_tokens(&text) {
-            forms("bootstrapToken", &token, next(), &mut parts);
+        for token in mcm_api::bootstrap_tokens_in(&text) {
+            forms("bootstrapToken", token, next(), &mut parts);
             forms("bootstrapTokenSecret", &token[7..], next(), &mut parts);
         }
     }
