@@ -329,6 +329,8 @@ pub(crate) struct Controllers {
     server: tokio::task::JoinHandle<()>,
     /// Where `/metrics` and `/healthz` are served.
     pub(crate) address: SocketAddr,
+    /// What `/metrics` serves.
+    pub(crate) metrics: Arc<mcm_controllers::metrics::Metrics>,
 }
 
 impl Controllers {
@@ -417,6 +419,7 @@ impl Controllers {
             tasks,
             server,
             address,
+            metrics: registry,
         })
     }
 
@@ -689,6 +692,7 @@ pub(crate) async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
     let control = control_client;
     let mut kubelet = None;
     let mut probe = None;
+    let mut cloud_metrics = None;
     let (driver, provider): (Arc<dyn mcm_driver::Driver>, String) =
         if let Some(endpoint) = &args.provider_endpoint {
             let endpoint: mcm_grpc::Endpoint = endpoint.parse().context("--provider-endpoint")?;
@@ -704,6 +708,7 @@ pub(crate) async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
             (Arc::new(grpc), name)
         } else if args.provider.as_deref() == Some("aws") {
             let driver = mcm_provider_aws::AwsDriver::new(mcm_provider_aws::AwsConfig::from_env());
+            cloud_metrics = Some(driver.metrics());
             (Arc::new(driver), "aws".to_owned())
         } else {
             let driver = mcm_provider_sim::SimDriver::new(mcm_provider_sim::SimConfig::default());
@@ -730,6 +735,13 @@ pub(crate) async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
         ),
     )
     .await?;
+    // The provider in this process: its cloud API metrics on the controllers' `/metrics`, where the reference's
+    // provider process serves them too.
+    if let Some(cloud) = cloud_metrics {
+        controllers
+            .metrics
+            .add_families(Box::new(move |out| cloud.encode_families(out)));
+    }
     println!(
         "mcm run: metrics and health on http://{} (/metrics, /healthz, /readyz)",
         controllers.address

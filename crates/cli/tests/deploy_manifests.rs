@@ -2,7 +2,9 @@
 //! with the k8s-openapi types and loses no field on the way (a misspelt or misplaced field fails), the CRDs are
 //! exactly `mcm crds`, the Deployment's arguments are flags of the commands it runs, its probes are the binary's
 //! endpoints on its metrics port, the provider sidecar gets its `MC_` variables and shares one socket with the
-//! controller, and every binding names the service account the Deployment runs as. What the RBAC rules allow is
+//! controller, and every binding names the service account the Deployment runs as. Each Deployment variant is
+//! checked so (`deploy/deployment.yaml` with the sim provider, `deploy/aws/deployment.yaml` with the AWS provider),
+//! and the variants differ in their provider container only. What the RBAC rules allow is
 //! checked against a live run in `deploy_rbac.rs`; the evaluator both use is checked here.
 //!
 //! Unknown fields: the k8s-openapi types ignore them, so each document is deserialized into its type, serialized
@@ -88,7 +90,9 @@ fn losses(before: &Value, after: &Value, path: &str, out: &mut Vec<String>) {
 fn every_document_deserializes_as_its_kind_and_loses_no_field() {
     let manifests = Manifests::load();
     let mut problems = Vec::new();
-    for document in &manifests.documents {
+    let variants = Manifests::variants();
+    let other_deployments = variants.iter().skip(1).flat_map(|(_, m)| m.of_kind("Deployment"));
+    for document in manifests.documents.iter().chain(other_deployments) {
         let mut lost = Vec::new();
         losses(&document.value, &round_trip(document), "", &mut lost);
         for loss in lost {
@@ -201,10 +205,15 @@ fn command_and_flags(container: &Container) -> (Vec<String>, Vec<String>) {
 
 #[test]
 fn the_deployment_args_are_flags_of_the_commands_it_runs() {
-    let manifests = Manifests::load();
+    for (provider, manifests) in Manifests::variants() {
+        the_args_are_flags_of_the_commands_run(provider, &manifests);
+    }
+}
+
+fn the_args_are_flags_of_the_commands_run(provider: &str, manifests: &Manifests) {
     for (name, expected) in [
         (CONTROLLER, &["run"][..]),
-        (PROVIDER, &["provider", "sim", "serve"][..]),
+        (PROVIDER, &["provider", provider, "serve"][..]),
     ] {
         let container = manifests.container(name);
         let (command, flags) = command_and_flags(&container);
@@ -225,7 +234,12 @@ fn the_deployment_args_are_flags_of_the_commands_it_runs() {
 
 #[test]
 fn the_probes_are_the_binary_endpoints_on_its_metrics_port() {
-    let manifests = Manifests::load();
+    for (_, manifests) in Manifests::variants() {
+        the_probes_are_on_the_metrics_port(&manifests);
+    }
+}
+
+fn the_probes_are_on_the_metrics_port(manifests: &Manifests) {
     let controller = manifests.container(CONTROLLER);
     let port: i32 = manifests
         .arg(CONTROLLER, "--port")
@@ -283,7 +297,12 @@ fn the_probes_are_the_binary_endpoints_on_its_metrics_port() {
 /// directory, and its MC_ variables are the specification's and valid.
 #[test]
 fn the_sidecar_shares_one_socket_and_gets_the_required_variables() {
-    let manifests = Manifests::load();
+    for (_, manifests) in Manifests::variants() {
+        the_sidecar_shares_one_socket(&manifests);
+    }
+}
+
+fn the_sidecar_shares_one_socket(manifests: &Manifests) {
     let provider = manifests.container(PROVIDER);
     let env: Vec<(String, String)> = provider
         .env
@@ -296,6 +315,14 @@ fn the_sidecar_shares_one_socket_and_gets_the_required_variables() {
         .iter()
         .map(|(name, _, _)| *name)
         .collect();
+    // No credential in the environment: they come with each call, from the class's Secret. Besides the MC_
+    // variables, only where the AWS provider's calls go.
+    for (name, _) in &env {
+        assert!(
+            name.starts_with("MC_") || name.starts_with("AWS_ENDPOINT_URL"),
+            "{name}: the sidecar gets its MC_ variables and at most an AWS endpoint"
+        );
+    }
     for (name, _) in env.iter().filter(|(name, _)| name.starts_with("MC_")) {
         assert!(
             known.contains(&name.as_str()),
@@ -337,9 +364,62 @@ fn the_sidecar_shares_one_socket_and_gets_the_required_variables() {
     assert!(volume.empty_dir.is_some(), "the socket lives in an emptyDir");
 }
 
+/// The Deployment of the pod without its provider container, as JSON.
+fn without_provider(manifests: &Manifests) -> Value {
+    let mut value = serde_json::to_value(manifests.deployment()).expect("serializes");
+    let containers = value["spec"]["template"]["spec"]["containers"]
+        .as_array_mut()
+        .expect("containers");
+    containers.retain(|c| c["name"] != PROVIDER);
+    value
+}
+
+/// `deploy/aws/deployment.yaml` is `deploy/deployment.yaml` with `mcm provider aws serve` as the sidecar: the rest
+/// of the pod cannot drift apart. Its provider-side metrics port is declared and is not the controller's.
+#[test]
+fn the_aws_deployment_differs_in_its_provider_container_only() {
+    let variants = Manifests::variants();
+    let (_, sim) = &variants[0];
+    let (provider, aws) = variants
+        .iter()
+        .find(|(provider, _)| *provider == "aws")
+        .expect("an AWS variant");
+    let mut lost = Vec::new();
+    losses(&without_provider(sim), &without_provider(aws), "", &mut lost);
+    losses(&without_provider(aws), &without_provider(sim), "", &mut lost);
+    assert!(
+        lost.is_empty(),
+        "deploy/aws/deployment.yaml differs from deploy/deployment.yaml outside the {provider} provider container:\n{}",
+        lost.join("\n")
+    );
+    let metrics: std::net::SocketAddr = aws
+        .arg(PROVIDER, "--metrics-address")
+        .expect("the AWS sidecar serves its metrics")
+        .parse()
+        .expect("an address");
+    let ports = aws.container(PROVIDER).ports.unwrap_or_default();
+    assert!(
+        ports
+            .iter()
+            .any(|p| p.container_port == i32::from(metrics.port()) && p.name.is_some()),
+        "the sidecar's metrics port {} is a named container port: {ports:?}",
+        metrics.port()
+    );
+    assert_ne!(
+        aws.arg(CONTROLLER, "--port"),
+        Some(metrics.port().to_string()),
+        "one port per process of the pod"
+    );
+}
+
 #[test]
 fn the_containers_run_as_non_root_read_only_and_only_the_controller_holds_credentials() {
-    let manifests = Manifests::load();
+    for (_, manifests) in Manifests::variants() {
+        only_the_controller_holds_credentials(&manifests);
+    }
+}
+
+fn only_the_controller_holds_credentials(manifests: &Manifests) {
     let pod = manifests
         .deployment()
         .spec
@@ -511,14 +591,20 @@ fn the_dockerfile_builds_the_mcm_binary_into_a_non_root_image() {
         .iter()
         .find_map(|l| l.strip_prefix("USER "))
         .expect("a USER");
-    let run_as = Manifests::load()
-        .deployment()
-        .spec
-        .and_then(|s| s.template.spec)
-        .and_then(|s| s.security_context)
-        .and_then(|s| s.run_as_user)
-        .expect("runAsUser");
-    assert_eq!(user.split(':').next(), Some(run_as.to_string().as_str()));
+    for (provider, manifests) in Manifests::variants() {
+        let run_as = manifests
+            .deployment()
+            .spec
+            .and_then(|s| s.template.spec)
+            .and_then(|s| s.security_context)
+            .and_then(|s| s.run_as_user)
+            .expect("runAsUser");
+        assert_eq!(
+            user.split(':').next(),
+            Some(run_as.to_string().as_str()),
+            "the {provider} Deployment"
+        );
+    }
 }
 
 /// The evaluator `deploy_rbac.rs` compares the recorded requests with, on the cases RBAC is particular about.

@@ -1,14 +1,15 @@
 //! The AWS provider out of process: `mcm provider aws serve` pointed at moto's EC2 server through
 //! `AWS_ENDPOINT_URL`, judged by `mcm provider test` (the conformance suite) with examples/aws/ — only the
 //! subnet and security group IDs put in, as the example says. No credential or userData is printed. And, against
-//! a fake EC2 that has no capacity, the controller waits `--resource-exhausted-retry` between two creates.
+//! a fake EC2 that has no capacity, the controller waits `--resource-exhausted-retry` between two creates. In
+//! process (`mcm run --provider aws`), the provider's cloud API metrics are on the controllers' `/metrics`.
 
 mod support;
 
 use std::{path::PathBuf, process::Command};
 
 use mcm_provider_aws::testing::{FakeEc2, IMAGE, Moto, NO_INSTANCES, Reply, error_xml};
-use support::{Background, Server, mcm_run_command};
+use support::{Background, CONDITION_DEADLINE, Server, address_of, mcm_run_command, poll};
 
 fn examples_aws(file: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -194,4 +195,106 @@ async fn no_capacity_is_resource_exhausted_and_the_controller_waits_the_resource
     );
     drop(run);
     drop(provider);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_the_providers_cloud_api_metrics_are_on_the_controllers_metrics() {
+    let moto = Moto::start().await;
+    let network = moto.network("shoot--example-nodes").await;
+    let server = Server::start("aws-in-process-metrics");
+    let class = std::fs::read_to_string(examples_aws("01-machine-class.yaml"))
+        .expect("examples/aws/01-machine-class.yaml")
+        .replace("subnet-0123456789abcdef0", &network.subnet_id)
+        .replace("sg-0123456789abcdef0", &network.security_group_id);
+    let class_file = server.write("01-machine-class.yaml", &class);
+    let mut run = mcm_run_command(&server, &["--provider", "aws"]);
+    run.arg("--leader-elect=false")
+        .env("AWS_ENDPOINT_URL", &moto.endpoint);
+    let run = Background::spawn(run, "mcm run --provider aws".into());
+    let address = address_of(&run);
+
+    server.kubectl_ok(&["apply", "-f", support::arg(&examples_aws("00-secret.yaml"))]);
+    server.kubectl_ok(&["apply", "-f", support::arg(&class_file)]);
+    let machine = server.write(
+        "machine.yaml",
+        "apiVersion: machine.sapcloud.io/v1alpha1\nkind: Machine\nmetadata:\n  name: metered-0\n  namespace: default\n\
+         spec:\n  class:\n    kind: MachineClass\n    name: aws-workers\n",
+    );
+    server.kubectl_ok(&["apply", "-f", support::arg(&machine)]);
+    let provider_id = poll("machine metered-0 created on moto", CONDITION_DEADLINE, || {
+        let id = server.kubectl_ok(&["get", "machine", "metered-0", "-o", "jsonpath={.spec.providerID}"]);
+        id.starts_with("aws:///eu-west-1/i-").then_some(id)
+    });
+
+    // A failing request: DescribeImages of an AMI that does not exist.
+    let broken_class = class
+        .replace("name: aws-workers", "name: aws-broken")
+        .replace("ami-12c6146b", "ami-00000000000000000");
+    server.kubectl_ok(&[
+        "apply",
+        "-f",
+        support::arg(&server.write("broken-class.yaml", &broken_class)),
+    ]);
+    let broken = server.write(
+        "broken.yaml",
+        "apiVersion: machine.sapcloud.io/v1alpha1\nkind: Machine\nmetadata:\n  name: broken-0\n  namespace: default\n\
+         spec:\n  class:\n    kind: MachineClass\n    name: aws-broken\n",
+    );
+    server.kubectl_ok(&["apply", "-f", support::arg(&broken)]);
+    poll("broken-0 reports the unknown AMI", CONDITION_DEADLINE, || {
+        let description = server.kubectl_ok(&[
+            "get",
+            "machine",
+            "broken-0",
+            "-o",
+            "jsonpath={.status.lastOperation.description}",
+        ]);
+        description.contains("providerSpec.ami").then_some(())
+    });
+
+    let (status, text) = support::get(address, "/metrics");
+    assert_eq!(status, 200, "{text}");
+    // The provider's families (labels as the reference's: provider, service), beside the controllers' own.
+    for line in [
+        "# TYPE mcm_cloud_api_requests counter",
+        "# TYPE mcm_cloud_api_requests_failed counter",
+        "# TYPE mcm_cloud_api_api_request_duration_seconds histogram",
+        r#"mcm_cloud_api_api_request_duration_seconds_count{provider="aws",service="ec2"}"#,
+        r#"mcm_cloud_api_requests_failed_total{provider="aws",service="ec2"}"#,
+        r#"mcm_cloud_api_driver_request_duration_seconds_count{provider="aws",operation="CreateMachine"}"#,
+        "# TYPE mcm_machine_items_total gauge",
+    ] {
+        assert!(text.contains(line), "{line} on /metrics:\n{text}");
+    }
+    // DescribeImages (twice), RunInstances and DescribeInstances at least, each counted.
+    let requests: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"mcm_cloud_api_requests_total{provider="aws",service="ec2"} "#))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("mcm_cloud_api_requests_total of ec2 on /metrics:\n{text}"));
+    assert!(requests >= 4, "{requests} EC2 requests counted:\n{text}");
+    assert_eq!(text.matches("# EOF").count(), 1, "one exposition:\n{text}");
+
+    server.kubectl_ok(&[
+        "delete",
+        "machine",
+        "metered-0",
+        "broken-0",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    let instance = provider_id.rsplit('/').next().unwrap_or_default().to_owned();
+    let xml = moto
+        .ec2("DescribeInstances", &[("InstanceId.1", &instance)])
+        .await
+        .unwrap();
+    let instance_states = mcm_provider_aws::testing::all_texts(&xml, "name");
+    assert!(
+        instance_states
+            .iter()
+            .any(|s| s == "terminated" || s == "shutting-down"),
+        "{instance} terminated with its machine: {instance_states:?}"
+    );
+    drop(run);
+    moto.stop().await;
 }

@@ -10,6 +10,10 @@
 //! logging at trace level in JSON, the provider out of process logging at trace level too; then every log, Event,
 //! status and the metrics are searched for each canary, as it is, base64-encoded, and inside every base64-looking
 //! run of text, decoded.
+//!
+//! The AWS provider runs the same search on its own lifecycle against moto's EC2 (out of process, at trace
+//! level): canary credentials and userData in the class's Secret, a machine created and deleted, a class whose AMI
+//! does not exist.
 
 mod support;
 
@@ -251,6 +255,33 @@ fn decoded_base64_runs(text: &str, depth: u32) -> String {
     out
 }
 
+/// Panics when any of `secrets` (what, value) is in any of `places` (where, text): as it is, base64-encoded, or
+/// inside a longer base64 run, decoded (twice over).
+fn assert_no_canary(places: &[(&str, &String)], secrets: &[(String, String)]) {
+    let base64 = |value: &str| base64::engine::general_purpose::STANDARD.encode(value);
+    for (place, text) in places {
+        let decoded = decoded_base64_runs(text, 2);
+        for (what, value) in secrets {
+            assert!(value.len() >= 6, "{what} is a real value");
+            assert!(
+                !text.contains(value.as_str()),
+                "{what} leaked into {place}: {}",
+                text.lines()
+                    .find(|l| l.contains(value.as_str()))
+                    .unwrap_or_default()
+            );
+            assert!(
+                !text.contains(&base64(value)),
+                "{what} leaked base64-encoded into {place}"
+            );
+            assert!(
+                !decoded.contains(value.as_str()),
+                "{what} leaked into {place} inside a longer base64 text"
+            );
+        }
+    }
+}
+
 #[test]
 #[allow(clippy::too_many_lines)] // one lifecycle, then one search per place a secret could leak
 fn no_secret_value_appears_in_logs_events_statuses_errors_or_metrics() {
@@ -459,7 +490,6 @@ fn no_secret_value_appears_in_logs_events_statuses_errors_or_metrics() {
         secrets.push((format!("bootstrap token {token}"), token));
         secrets.push(("a bootstrap token's secret".into(), secret_part));
     }
-    let base64 = |value: &str| base64::engine::general_purpose::STANDARD.encode(value);
     let places = [
         ("mcm run's logs", &run_logs),
         ("the provider's logs", &provider_logs),
@@ -473,25 +503,213 @@ fn no_secret_value_appears_in_logs_events_statuses_errors_or_metrics() {
         events.contains("[redacted]") || statuses.contains("[redacted]"),
         "the echoing provider's messages were recorded, redacted:\n{events}"
     );
-    for (place, text) in &places {
-        let decoded = decoded_base64_runs(text, 2);
-        for (what, value) in &secrets {
-            assert!(value.len() >= 6, "{what} is a real value");
-            assert!(
-                !text.contains(value.as_str()),
-                "{what} leaked into {place}: {}",
-                text.lines()
-                    .find(|l| l.contains(value.as_str()))
-                    .unwrap_or_default()
-            );
-            assert!(
-                !text.contains(&base64(value)),
-                "{what} leaked base64-encoded into {place}"
-            );
-            assert!(
-                !decoded.contains(value.as_str()),
-                "{what} leaked into {place} inside a longer base64 text"
-            );
-        }
-    }
+    assert_no_canary(&places, &secrets);
+}
+
+const AWS_ACCESS_KEY_CANARY: &str = "AKIDAWSCANARY3B9E71F0";
+const AWS_SECRET_KEY_CANARY: &str = "aws-sak-canary-8c2d45e1/Zq";
+const AWS_USER_DATA_CANARY: &str = "aws-userdata-canary-6e0f13b9";
+
+/// The AWS provider's objects: the class's Secret with canary credentials and userData, the example class (its
+/// network put in) and a class whose AMI does not exist (the error path), a machine of each.
+fn aws_manifests(network: &mcm_provider_aws::testing::Network) -> String {
+    let class = std::fs::read_to_string(mcm_testkit::example("aws", "01-machine-class.yaml"))
+        .expect("examples/aws/01-machine-class.yaml")
+        .replace("name: aws-secret", "name: leak-aws")
+        .replace("subnet-0123456789abcdef0", &network.subnet_id)
+        .replace("sg-0123456789abcdef0", &network.security_group_id);
+    let broken = class
+        .replace("name: aws-workers", "name: aws-broken")
+        .replace("ami-12c6146b", "ami-00000000000000000");
+    format!(
+        r"apiVersion: v1
+kind: Secret
+metadata:
+  name: leak-aws
+  namespace: default
+type: Opaque
+stringData:
+  providerAccessKeyId: {AWS_ACCESS_KEY_CANARY}
+  providerSecretAccessKey: {AWS_SECRET_KEY_CANARY}
+  userData: |
+    #!/bin/bash
+    echo {AWS_USER_DATA_CANARY}
+---
+{class}
+---
+{broken}
+---
+apiVersion: machine.sapcloud.io/v1alpha1
+kind: Machine
+metadata:
+  name: leak-aws-0
+  namespace: default
+spec:
+  class:
+    kind: MachineClass
+    name: aws-workers
+---
+apiVersion: machine.sapcloud.io/v1alpha1
+kind: Machine
+metadata:
+  name: leak-aws-broken-0
+  namespace: default
+spec:
+  class:
+    kind: MachineClass
+    name: aws-broken
+"
+    )
+}
+
+/// The address after `prefix` on a line of `text`, up to the first `/`.
+fn printed_address(text: &str, prefix: &str) -> std::net::SocketAddr {
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .and_then(|rest| rest.split('/').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("{prefix}<address> printed: {text}"))
+}
+
+/// The AWS provider out of process (`mcm provider aws serve` on moto, logging at trace level) behind `mcm run
+/// --provider-endpoint` (trace, JSON) and `mcm apiserver` (`--v 9`): a machine created and deleted, a class whose
+/// AMI does not exist failing its machine. The canary credentials and userData reached moto (the instance's
+/// userData holds the canary) and appear in no log, Event, status or `/metrics` (the controllers' and the
+/// provider's), raw, base64 or inside a longer base64 run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::too_many_lines)] // one lifecycle, then one search per place a secret could leak
+async fn the_aws_provider_leaks_no_credential_or_user_data() {
+    let moto = mcm_provider_aws::testing::Moto::start().await;
+    let network = moto.network("shoot--example-nodes").await;
+    let server = Server::start_with("secret-leak-aws", |_| vec!["--v".into(), "9".into()]);
+    let endpoint = format!("unix://{}", server.dir.join("aws.sock").display());
+    let mut provider = std::process::Command::new(env!("CARGO_BIN_EXE_mcm"));
+    provider
+        .args(["provider", "aws", "serve", "--endpoint", &endpoint])
+        .args(["--metrics-address", "127.0.0.1:0"])
+        .env("AWS_ENDPOINT_URL", &moto.endpoint)
+        .env("MC_LOG_LEVEL", "trace")
+        .env("RUST_LOG", "trace");
+    let provider = Background::spawn(provider, "mcm provider aws serve".into());
+    let provider_metrics = printed_address(
+        &provider.wait_for_stdout("the provider to serve", |out| out.contains("serving on")),
+        "mcm provider aws: metrics on http://",
+    );
+    let mut run = mcm_run_command(&server, &["--provider-endpoint", &endpoint]);
+    run.args(["--leader-elect=false", "--log-format", "json", "--v", "9"])
+        .env_remove("RUST_LOG");
+    let run = Background::spawn(run, "mcm run".into());
+    let address = address_of(&run);
+
+    let file = server.write("leak-aws.yaml", &aws_manifests(&network));
+    server.kubectl_ok(&["apply", "-f", arg(&file)]);
+    let jsonpath = |machine: &str, path: &str| {
+        server.kubectl_ok(&["get", "machine", machine, "-o", &format!("jsonpath={path}")])
+    };
+    let provider_id = poll("leak-aws-0 created on moto", Duration::from_mins(1), || {
+        let id = jsonpath("leak-aws-0", "{.spec.providerID}");
+        id.starts_with("aws:///eu-west-1/i-").then_some(id)
+    });
+    let broken = poll(
+        "leak-aws-broken-0 reports the unknown AMI",
+        Duration::from_mins(1),
+        || {
+            let description = jsonpath("leak-aws-broken-0", "{.status.lastOperation.description}");
+            description.contains("providerSpec.ami").then_some(description)
+        },
+    );
+    // The canaries were really used: moto holds the canary userData of the instance.
+    let instance = provider_id.rsplit('/').next().unwrap_or_default().to_owned();
+    let attribute = moto
+        .ec2(
+            "DescribeInstanceAttribute",
+            &[("InstanceId", instance.as_str()), ("Attribute", "userData")],
+        )
+        .await
+        .expect("DescribeInstanceAttribute");
+    let user_data = mcm_provider_aws::testing::first_text(&attribute, "value")
+        .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+        .unwrap_or_default();
+    assert!(
+        user_data.contains(AWS_USER_DATA_CANARY),
+        "the instance got the Secret's userData: {attribute}"
+    );
+
+    let all = ["get", "machines,machineclasses", "-A", "-o", "yaml"];
+    let mut statuses = server.kubectl_ok(&all);
+    let metrics = get(address, "/metrics").1;
+    server.kubectl_ok(&[
+        "delete",
+        "machine",
+        "leak-aws-0",
+        "leak-aws-broken-0",
+        "--wait=true",
+        "--timeout=60s",
+    ]);
+    let xml = moto
+        .ec2("DescribeInstances", &[("InstanceId.1", instance.as_str())])
+        .await
+        .expect("DescribeInstances");
+    let instance_states = mcm_provider_aws::testing::all_texts(&xml, "name");
+    assert!(
+        instance_states
+            .iter()
+            .any(|s| s == "terminated" || s == "shutting-down"),
+        "{instance} terminated with its machine: {instance_states:?}"
+    );
+    statuses.push_str(&server.kubectl_ok(&all));
+    let events = server.kubectl_ok(&["get", "events", "-A", "-o", "yaml"]);
+    let provider_metrics = get(provider_metrics, "/metrics").1;
+    let run_output = run.stop();
+    let provider_output = provider.stop();
+    let run_logs = format!(
+        "{}{}",
+        String::from_utf8_lossy(&run_output.stdout),
+        String::from_utf8_lossy(&run_output.stderr)
+    );
+    let provider_logs = format!(
+        "{}{}",
+        String::from_utf8_lossy(&provider_output.stdout),
+        String::from_utf8_lossy(&provider_output.stderr)
+    );
+
+    // The searches can fail: the places searched are full of what happened.
+    assert!(broken.contains("ami-00000000000000000"), "{broken}");
+    assert!(statuses.contains("leak-aws-broken-0"), "{statuses}");
+    assert!(events.contains("leak-aws-0"), "{events}");
+    assert!(metrics.contains("mcm_machine_items_total"), "{metrics}");
+    assert!(
+        provider_metrics.contains(r#"mcm_cloud_api_requests_failed_total{provider="aws",service="ec2"}"#),
+        "{provider_metrics}"
+    );
+    assert!(
+        provider_logs.lines().any(|l| l.contains("TRACE")) && provider_logs.lines().count() > 10,
+        "the provider logged at trace level:\n{provider_logs}"
+    );
+    assert!(
+        run_logs.lines().filter(|l| l.starts_with('{')).count() > 50,
+        "mcm run logged at trace level in JSON:\n{run_logs}"
+    );
+
+    let secrets: Vec<(String, String)> = [
+        ("providerAccessKeyId", AWS_ACCESS_KEY_CANARY),
+        ("providerSecretAccessKey", AWS_SECRET_KEY_CANARY),
+        ("userData", AWS_USER_DATA_CANARY),
+    ]
+    .into_iter()
+    .map(|(what, value)| (what.to_owned(), value.to_owned()))
+    .collect();
+    let places = [
+        ("mcm run's logs", &run_logs),
+        ("the provider's logs", &provider_logs),
+        ("the API server's logs", &server.logs()),
+        ("Events", &events),
+        ("statuses", &statuses),
+        ("mcm run's /metrics", &metrics),
+        ("the provider's /metrics", &provider_metrics),
+    ];
+    assert_no_canary(&places, &secrets);
+    drop(server);
+    moto.stop().await;
 }

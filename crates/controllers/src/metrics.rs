@@ -266,9 +266,15 @@ pub struct Metrics {
     orphan_vms_found: Counter,
     orphan_vms_deleted: Counter,
     readiness: Mutex<Vec<(String, ReadinessCheck)>>,
+    /// Families of others (an in-process provider's own) encoded into every scrape after ours.
+    extra: Mutex<Vec<ExtraFamilies>>,
     /// One scrape at a time: the scrape-time families are cleared and refilled.
     scrape: Mutex<()>,
 }
+
+/// Writes further metric families into a scrape, in the text format and without the closing `# EOF` (as
+/// [`prometheus_client::encoding::text::encode_registry`] does).
+pub type ExtraFamilies = Box<dyn Fn(&mut String) -> std::fmt::Result + Send + Sync>;
 
 /// A readiness check: `Err(reason)` while not ready.
 type ReadinessCheck = Box<dyn Fn() -> Result<(), String> + Send + Sync>;
@@ -544,6 +550,7 @@ impl Metrics {
             orphan_vms_found,
             orphan_vms_deleted,
             readiness: Mutex::default(),
+            extra: Mutex::default(),
             scrape: Mutex::default(),
         }
     }
@@ -699,6 +706,16 @@ impl Metrics {
             "A failed machine in status.failedMachines of a machine deployment (value 1)",
             d.failed_machines.clone(),
         );
+    }
+
+    /// Adds metric families that are not the controllers' own to every scrape of `/metrics`: a provider running
+    /// in this process (`mcm run --provider aws`) has its cloud API metrics served here, as the reference's
+    /// provider process serves them on its one `/metrics`. Their names must not clash with ours.
+    pub fn add_families(&self, families: ExtraFamilies) {
+        self.extra
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(families);
     }
 
     /// Adds a check to `/readyz`: the process is ready when every check passes. `name` appears in the answer.
@@ -888,8 +905,15 @@ impl Metrics {
         }
         self.refresh_queues();
         let mut out = String::new();
-        // Writing into a String cannot fail.
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        // Writing into a String cannot fail; an extra source that fails loses only its own families.
+        let _ = prometheus_client::encoding::text::encode_registry(&mut out, &self.registry);
+        for families in self.extra.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+            let mut text = String::new();
+            if families(&mut text).is_ok() {
+                out.push_str(&text);
+            }
+        }
+        let _ = prometheus_client::encoding::text::encode_eof(&mut out);
         out
     }
 
@@ -1521,6 +1545,35 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn added_families_are_served_before_the_one_closing_eof() {
+        let metrics = Metrics::new();
+        let mut other = Registry::with_prefix("mcm");
+        let requests = Family::<FailedLabels, Counter>::default();
+        other.register("cloud_api_requests", "Requests to a cloud", requests.clone());
+        requests
+            .get_or_create(&FailedLabels {
+                provider: "aws".into(),
+                operation: "x".into(),
+                error_code: "y".into(),
+            })
+            .inc();
+        metrics.add_families(Box::new(move |out| {
+            prometheus_client::encoding::text::encode_registry(out, &other)
+        }));
+        let text = metrics.encode();
+        assert!(
+            text.contains(r#"mcm_cloud_api_requests_total{provider="aws",operation="x",error_code="y"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE mcm_machine_items_total"),
+            "ours still there: {text}"
+        );
+        assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
 
     #[test]
     fn readyz_fails_until_the_machine_cache_syncs_and_while_a_check_fails() {

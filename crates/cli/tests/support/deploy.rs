@@ -21,6 +21,10 @@ pub const CONTROLLER: &str = "machine-controller";
 /// The name of the provider sidecar.
 pub const PROVIDER: &str = "provider";
 
+/// The Deployments of `deploy/`: (the provider of the sidecar, the file under `deploy/`). Each is applied
+/// instead of the others, with the rest of `deploy/*.yaml`.
+pub const VARIANTS: [(&str, &str); 2] = [("sim", "deployment.yaml"), ("aws", "aws/deployment.yaml")];
+
 /// `deploy/` of this checkout.
 pub fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
@@ -72,20 +76,34 @@ pub struct Manifests {
 impl Manifests {
     /// Reads every `deploy/*.yaml`.
     pub fn load() -> Self {
+        Self::load_variant(VARIANTS[0].1)
+    }
+
+    /// Reads every `deploy/*.yaml`, with `deployment` (a path under `deploy/`, as in [`VARIANTS`]) in place of
+    /// `deployment.yaml`: what a user applies with that variant.
+    pub fn load_variant(deployment: &str) -> Self {
         let mut files: Vec<PathBuf> = std::fs::read_dir(deploy_dir())
             .expect("deploy/ exists")
             .map(|entry| entry.expect("a directory entry").path())
             .filter(|path| path.extension().is_some_and(|ext| ext == "yaml" || ext == "yml"))
+            .map(|path| {
+                if path.file_name().is_some_and(|name| name == "deployment.yaml") {
+                    deploy_dir().join(deployment)
+                } else {
+                    path
+                }
+            })
             .collect();
         files.sort();
         let mut documents = Vec::new();
         for path in files {
             let file = path
-                .file_name()
+                .strip_prefix(deploy_dir())
+                .ok()
                 .and_then(|n| n.to_str())
-                .expect("a UTF-8 file name")
+                .expect("a UTF-8 file name under deploy/")
                 .to_owned();
-            let text = std::fs::read_to_string(&path).expect("a readable manifest");
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("deploy/{file}: {err}"));
             let values: Vec<Value> =
                 serde_saphyr::from_multiple(&text).unwrap_or_else(|err| panic!("{file} is not YAML: {err}"));
             documents.extend(values.into_iter().filter(|v| !v.is_null()).map(|value| Document {
@@ -94,6 +112,14 @@ impl Manifests {
             }));
         }
         Self { documents }
+    }
+
+    /// Every variant: (the provider its sidecar runs, the manifests with its Deployment).
+    pub fn variants() -> Vec<(&'static str, Self)> {
+        VARIANTS
+            .iter()
+            .map(|(provider, deployment)| (*provider, Self::load_variant(deployment)))
+            .collect()
     }
 
     /// The documents of one kind.

@@ -77,6 +77,15 @@ impl CloudApiMetrics {
         self.duration.get_or_create(&labels).observe(took.as_secs_f64());
     }
 
+    /// Writes the families into `out` without the closing `# EOF`, to be served among another registry's (the
+    /// controllers' `/metrics` when the provider runs in their process).
+    ///
+    /// # Errors
+    /// Only those of writing into `out`.
+    pub fn encode_families(&self, out: &mut String) -> std::fmt::Result {
+        prometheus_client::encoding::text::encode_registry(out, &self.registry)
+    }
+
     /// The OpenMetrics text of the metrics.
     pub fn encode(&self) -> String {
         let mut out = String::new();
