@@ -16,6 +16,7 @@ mod client;
 mod examples;
 mod node_agent;
 mod provider;
+mod provider_call;
 mod raw_objects;
 mod run;
 mod up;

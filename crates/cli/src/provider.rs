@@ -39,6 +39,10 @@ enum ProviderCommand {
     /// named <name-prefix>-<n> with the class given (default: the built-in local example's class and secret, see
     /// `mcm examples local`). Exit code 0 when no check failed, 1 otherwise.
     Test(TestArgs),
+    /// Call one Driver method of a live provider and print its answer (see `mcm provider call --help`): `list`
+    /// prints each VM's providerID and machine name. A provider error prints its machine code and message (secret
+    /// values redacted) and exits 1; bad usage exits 2.
+    Call(crate::provider_call::CallArgs),
 }
 
 #[derive(Debug, Args)]
@@ -200,6 +204,7 @@ pub fn main(args: ProviderArgs) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        ProviderCommand::Call(args) => crate::provider_call::main(args),
     }
 }
 
@@ -338,7 +343,7 @@ fn serve_result(result: Result<(), mcm_grpc::ServeError>, command: &str) -> anyh
 
 /// Reads a Kubernetes object from a YAML or JSON file (or, without a file, the built-in example), naming the file
 /// in errors.
-fn read_object<T: serde::de::DeserializeOwned>(
+pub(crate) fn read_object<T: serde::de::DeserializeOwned>(
     path: Option<&std::path::Path>,
     what: &str,
     example: &str,

@@ -1,0 +1,212 @@
+//! End to end: `mcm provider call` against the sim provider out of process (`mcm provider sim serve` on a unix
+//! socket in the test's own directory), as an operator uses it: create two machines, list them, ask one's status,
+//! delete one, list again; a provider error (status of an unknown machine) prints its code and exits 1; bad usage
+//! exits 2 naming the flag; JSON output parses.
+
+mod support;
+
+use std::{path::PathBuf, process::Command};
+
+use support::{Background, example};
+
+/// A sim provider serving on a socket in a fresh directory of its own; stopped and removed on drop.
+struct Provider {
+    _process: Background,
+    endpoint: String,
+    dir: tempfile::TempDir,
+}
+
+impl Provider {
+    fn start(test: &str) -> Self {
+        Self::start_with(test, &[])
+    }
+
+    fn start_with(test: &str, flags: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("mcm-e2e-call-{test}-"))
+            .tempdir()
+            .expect("a test directory");
+        let endpoint = format!("unix://{}", dir.path().join("p.sock").display());
+        let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
+        command.args(["provider", "sim", "serve", "--endpoint", &endpoint]);
+        command.args(flags);
+        let process = Background::spawn(command, "mcm provider sim serve".into());
+        process.wait_for_stdout("the provider to serve", |out| out.contains("serving on"));
+        Self {
+            _process: process,
+            endpoint,
+            dir,
+        }
+    }
+
+    /// `mcm provider call <args> --endpoint <ours>`: (exit code, stdout, stderr).
+    fn call(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
+            .args(["provider", "call"])
+            .args(args)
+            .args(["--endpoint", &self.endpoint])
+            .output()
+            .expect("mcm provider call runs");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+
+    fn call_ok(&self, args: &[&str]) -> String {
+        let (code, stdout, stderr) = self.call(args);
+        assert_eq!(code, Some(0), "mcm provider call {args:?}: {stdout}\n{stderr}");
+        stdout
+    }
+}
+
+/// The value of `key: value` in a text answer.
+fn field<'a>(text: &'a str, key: &str) -> &'a str {
+    text.lines()
+        .find_map(|line| line.strip_prefix(&format!("{key}: ")))
+        .unwrap_or_else(|| panic!("no {key} in {text}"))
+}
+
+#[test]
+fn an_operator_creates_lists_inspects_and_deletes_vms() {
+    let provider = Provider::start("lifecycle");
+    let class = example("01-machine-class.yaml");
+    let secret = example("00-secret.yaml");
+    let files = ["--class", support::arg(&class), "--secret", support::arg(&secret)];
+
+    let first = provider.call_ok(&[&["create", "--machine", "vm-one"][..], &files[..]].concat());
+    let first_id = field(&first, "providerID").to_owned();
+    assert!(first_id.starts_with("sim://"), "{first}");
+    assert!(!field(&first, "nodeName").is_empty(), "{first}");
+    // Without --class/--secret the built-in local example is used, the same class as the files above.
+    let second = provider.call_ok(&["create", "--machine", "vm-two"]);
+    let second_id = field(&second, "providerID").to_owned();
+    assert_ne!(first_id, second_id);
+
+    let list = provider.call_ok(&["list"]);
+    assert_eq!(list.lines().count(), 2, "one line per VM: {list}");
+    assert!(
+        list.lines().any(|line| line == format!("{first_id}\tvm-one")),
+        "{list}"
+    );
+    assert!(
+        list.lines().any(|line| line == format!("{second_id}\tvm-two")),
+        "{list}"
+    );
+
+    let status = provider.call_ok(&["status", "--machine", "vm-one"]);
+    assert_eq!(field(&status, "providerID"), first_id);
+    assert_eq!(field(&status, "nodeName"), field(&first, "nodeName"));
+
+    let deleted = provider.call_ok(&["delete", "--machine", "vm-one", "--provider-id", &first_id]);
+    assert!(
+        deleted.contains("vm-one") && deleted.contains("deleted"),
+        "{deleted}"
+    );
+
+    let list = provider.call_ok(&["list", "--output", "json"]);
+    let list: serde_json::Value = serde_json::from_str(&list).expect("list --output json is JSON");
+    assert_eq!(
+        list["machines"],
+        serde_json::json!([{ "providerID": second_id, "machine": "vm-two" }]),
+        "only vm-two is left"
+    );
+
+    let status = provider.call_ok(&["status", "--machine", "vm-two", "--output", "json"]);
+    let status: serde_json::Value = serde_json::from_str(&status).expect("status --output json is JSON");
+    assert_eq!(status["providerID"], second_id.as_str());
+
+    let volumes = provider.call_ok(&[
+        "volumes",
+        "--pv-file",
+        support::arg(&write_pvs(provider.dir.path())),
+    ]);
+    assert_eq!(volumes, "vol-1\n", "only the sim's own CSI volume is its");
+
+    for text in [&first, &second] {
+        assert!(!text.contains("userData"), "the secret is never printed: {text}");
+    }
+}
+
+fn write_pvs(dir: &std::path::Path) -> PathBuf {
+    let path = dir.join("pvs.yaml");
+    std::fs::write(
+        &path,
+        "apiVersion: v1\nkind: PersistentVolume\nmetadata:\n  name: a\nspec:\n  csi:\n    driver: \
+         sim.csi.machine.sapcloud.io\n    volumeHandle: vol-1\n---\napiVersion: v1\nkind: PersistentVolume\n\
+         metadata:\n  name: b\nspec:\n  csi:\n    driver: other.example.com\n    volumeHandle: vol-2\n",
+    )
+    .expect("the PV file");
+    path
+}
+
+#[test]
+fn a_provider_error_prints_its_code_and_exits_1() {
+    let provider = Provider::start("error");
+    let (code, stdout, stderr) = provider.call(&["status", "--machine", "never-created"]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("NotFound"), "the machine code is named: {stderr}");
+    assert!(stdout.is_empty(), "no answer on stdout: {stdout}");
+}
+
+#[test]
+fn bad_usage_exits_2_naming_the_flag() {
+    let provider = Provider::start("usage");
+    let (code, _, stderr) = provider.call(&["create"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--machine"), "{stderr}");
+    let (code, _, stderr) = provider.call(&["volumes"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--pv-file"), "{stderr}");
+    let (code, _, stderr) = provider.call(&[
+        "list",
+        "--class",
+        "/nonexistent/class.yaml",
+        "--secret",
+        "/nonexistent/s.yaml",
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--class"), "{stderr}");
+}
+
+#[test]
+fn a_provider_message_quoting_the_secret_is_printed_redacted() {
+    // --echo-requests: the first call of each method per machine fails quoting the whole request, secret included.
+    let provider = Provider::start_with("redacted", &["--echo-requests"]);
+    let (code, stdout, stderr) = provider.call(&["create", "--machine", "echoed"]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    let text = std::fs::read_to_string(example("00-secret.yaml")).expect("the example secret");
+    let secret: k8s_openapi::api::core::v1::Secret = serde_saphyr::from_str(&text).expect("a Secret");
+    let values: Vec<String> = secret
+        .data
+        .iter()
+        .flat_map(|data| data.values())
+        .map(|value| String::from_utf8_lossy(&value.0).trim().to_owned())
+        .chain(
+            secret
+                .string_data
+                .iter()
+                .flat_map(|data| data.values())
+                .map(|v| v.trim().to_owned()),
+        )
+        .filter(|value| value.len() >= 6)
+        .collect();
+    assert!(!values.is_empty(), "the example secret has values to leak");
+    for value in &values {
+        assert!(
+            !stderr.contains(value.as_str()),
+            "a secret value is printed: {stderr}"
+        );
+        for line in value.lines().map(str::trim).filter(|line| line.len() >= 12) {
+            assert!(
+                !stderr.contains(line),
+                "a line of a secret value is printed: {stderr}"
+            );
+        }
+    }
+    assert!(
+        stderr.contains("create: ") && stderr.contains("[redacted]"),
+        "the error is printed, the secret's values replaced: {stderr}"
+    );
+}
