@@ -1,6 +1,6 @@
 //! The figures of docs/benchmarks.md: 100 machines created, then deleted, through the AWS driver on moto (one
-//! call at a time): AWS requests per machine and p50/p99 of each call. Ignored by default (about a minute);
-//! run with `cargo test -p mcm-provider-aws --test bench -- --ignored --nocapture`.
+//! call at a time): AWS requests per machine and p50/p99 of each call, as one JSON line. A benchmark, not a test (about
+//! a minute; needs moto's `moto_server` on PATH): `cargo run -p mcm-provider-aws --example aws_bench`.
 
 use std::time::{Duration, Instant};
 
@@ -26,9 +26,8 @@ fn requests(driver: &AwsDriver) -> f64 {
         .unwrap_or(0.0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a benchmark: run it by hand for docs/benchmarks.md"]
-async fn create_and_delete_100_machines_on_moto() {
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
     let moto = Moto::start().await;
     let network = moto.network("bench-nodes").await;
     let driver = AwsDriver::new(AwsConfig {
