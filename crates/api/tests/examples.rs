@@ -101,10 +101,8 @@ fn every_example_deserializes_validates_clean_and_round_trips() {
 
 #[test]
 fn the_example_deployment_reads_as_the_user_wrote_it() {
-    let (_, text) = mcm_testkit::example_manifests()
-        .into_iter()
-        .find(|(path, _)| path.ends_with("30-machine-deployment.yaml"))
-        .expect("the deployment example");
+    let path = mcm_testkit::example("local", "30-machine-deployment.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
     let deployment: MachineDeployment = serde_saphyr::from_str(&text).unwrap();
     let spec = &deployment.spec;
     assert_eq!(spec.replicas, 3);
