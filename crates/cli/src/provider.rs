@@ -65,6 +65,14 @@ struct TestArgs {
     /// Machines are named <name-prefix>-<n>.
     #[arg(long, default_value = "mcm-conformance")]
     name_prefix: String,
+    /// How to reach the provider.
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// How `mcm provider test` and `mcm provider call` reach a live provider: the call deadline and, for tcp://, TLS.
+#[derive(Args, Debug)]
+pub(crate) struct ClientArgs {
     /// The deadline of each call.
     #[arg(long, default_value = "1m", value_parser = crate::parse_duration)]
     call_timeout: Duration,
@@ -77,6 +85,26 @@ struct TestArgs {
     /// The CA (PEM) of the provider's certificate.
     #[arg(long)]
     tls_ca: Option<PathBuf>,
+}
+
+impl ClientArgs {
+    /// A gRPC driver for `endpoint` with these options.
+    pub(crate) fn driver(self, endpoint: &mcm_grpc::Endpoint) -> anyhow::Result<mcm_grpc::GrpcDriver> {
+        let tls = self.tls_cert.map(|cert| mcm_grpc::TlsFiles {
+            cert,
+            key: self.tls_key.unwrap_or_default(),
+            ca: self.tls_ca.unwrap_or_default(),
+        });
+        mcm_grpc::GrpcDriver::new(
+            endpoint.clone(),
+            mcm_grpc::ClientOptions {
+                call_timeout: self.call_timeout,
+                tls,
+                ..mcm_grpc::ClientOptions::default()
+            },
+        )
+        .with_context(|| format!("--endpoint {endpoint}"))
+    }
 }
 
 /// The format of `mcm provider test`'s report.
@@ -367,20 +395,7 @@ async fn conformance(args: TestArgs) -> anyhow::Result<bool> {
         name_prefix: args.name_prefix,
     };
     let built_in = args.class.is_none();
-    let tls = args.tls_cert.map(|cert| mcm_grpc::TlsFiles {
-        cert,
-        key: args.tls_key.unwrap_or_default(),
-        ca: args.tls_ca.unwrap_or_default(),
-    });
-    let driver = mcm_grpc::GrpcDriver::new(
-        endpoint.clone(),
-        mcm_grpc::ClientOptions {
-            call_timeout: args.call_timeout,
-            tls,
-            ..mcm_grpc::ClientOptions::default()
-        },
-    )
-    .with_context(|| format!("--endpoint {endpoint}"))?;
+    let driver = args.client.driver(&endpoint)?;
     let class = input.class.metadata.name.clone().unwrap_or_default();
     if args.output == Output::Text {
         println!("mcm provider test: {endpoint}");

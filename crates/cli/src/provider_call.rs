@@ -3,7 +3,7 @@
 //! to standard error as its machine code and message (the class secret's values redacted) with exit code 1; bad usage
 //! exits 2 naming the flag.
 
-use std::{fmt::Write as _, path::PathBuf, time::Duration};
+use std::{fmt::Write as _, path::PathBuf};
 
 use anyhow::Context;
 use clap::Args;
@@ -48,18 +48,9 @@ pub struct CallArgs {
     /// `text` (one line per VM, volume or field) or `json` (one JSON object on standard output).
     #[arg(long, value_enum, default_value_t = Output::Text)]
     output: Output,
-    /// The deadline of the call.
-    #[arg(long, default_value = "1m", value_parser = crate::parse_duration)]
-    call_timeout: Duration,
-    /// Client certificate (PEM) for a tcp:// endpoint.
-    #[arg(long, requires_all = ["tls_key", "tls_ca"])]
-    tls_cert: Option<PathBuf>,
-    /// Its private key (PEM).
-    #[arg(long)]
-    tls_key: Option<PathBuf>,
-    /// The CA (PEM) of the provider's certificate.
-    #[arg(long)]
-    tls_ca: Option<PathBuf>,
+    /// How to reach the provider.
+    #[command(flatten)]
+    client: crate::provider::ClientArgs,
 }
 
 /// The Driver methods `mcm provider call` can call.
@@ -168,20 +159,7 @@ async fn call(args: CallArgs) -> anyhow::Result<Answer> {
         .into_iter()
         .flatten()
         .collect();
-    let tls = args.tls_cert.map(|cert| mcm_grpc::TlsFiles {
-        cert,
-        key: args.tls_key.unwrap_or_default(),
-        ca: args.tls_ca.unwrap_or_default(),
-    });
-    let driver = mcm_grpc::GrpcDriver::new(
-        endpoint.clone(),
-        mcm_grpc::ClientOptions {
-            call_timeout: args.call_timeout,
-            tls,
-            ..mcm_grpc::ClientOptions::default()
-        },
-    )
-    .with_context(|| format!("--endpoint {endpoint}"))?;
+    let driver = args.client.driver(&endpoint)?;
     let machine = machine(
         &class,
         args.machine.as_deref().unwrap_or_default(),
