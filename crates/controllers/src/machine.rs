@@ -765,6 +765,7 @@ async fn create(
     let mut last: Option<CallOutcome> = None;
     for _ in 0..8 {
         let failures = ctx.failures(&name) + u32::from(matches!(&last, Some(o) if outcome_failed(o)));
+        let node_ready = node_ready(&machine, ctx);
         let input = CreationInput {
             machine: &machine,
             settings: &ctx.config.settings,
@@ -773,6 +774,7 @@ async fn create(
             failures,
             random: rand::random(),
             redactor: &redactor,
+            node_ready,
         };
         let step = creation::decide(&input, last.as_ref());
         let (m, c, s) = request_parts(&machine, class, secret);
@@ -780,7 +782,11 @@ async fn create(
             CreationStep::Skip => return Ok(Action::await_change()),
             CreationStep::CallGetMachineStatus => {
                 if let Some(wait) = ctx.retry_wait(&name, now, &ctx.fingerprint(&machine, class)) {
-                    // A failed call backs off or waits for a change; the CrashLoopBackOff deadline still fires.
+                    // A failed call backs off or waits for a change; the CrashLoopBackOff deadline still fires
+                    // (unless the node is healthy: the creation timeout does not fail such a machine).
+                    if node_ready {
+                        return Ok(Action::requeue(wait));
+                    }
                     let deadline = creation::crash_loop_deadline(&machine, &ctx.config.settings);
                     let until_deadline = Duration::try_from(deadline.duration_since(now)).unwrap_or_default();
                     return Ok(Action::requeue(wait.min(until_deadline)));
@@ -917,6 +923,24 @@ async fn create(
         };
     }
     Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+/// Whether the machine's node (by its `node` label) exists in the target cluster and is healthy.
+fn node_ready(machine: &Machine, ctx: &Context) -> bool {
+    machine
+        .labels()
+        .get(keys::labels::NODE)
+        .filter(|n| !n.is_empty())
+        .and_then(|n| ctx.node(n))
+        .and_then(|node| {
+            node.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .map(|conditions| {
+                    mcm_core::health::is_healthy(conditions, &ctx.config.settings.node_conditions)
+                })
+        })
+        .unwrap_or(false)
 }
 
 /// Records the VM on the machine (providerID, `node` label, priority annotation) and notes the write, so that a

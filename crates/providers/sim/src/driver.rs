@@ -158,9 +158,12 @@ pub(crate) struct State {
     pub(crate) calls_by_machine: BTreeMap<(DriverMethod, String), u64>,
     /// When the last [`CALL_LOG_LENGTH`] calls per method and machine arrived (for back-off tests).
     pub(crate) call_log: BTreeMap<(DriverMethod, String), std::collections::VecDeque<Instant>>,
-    /// VMs (by id) whose InitializeMachine answered `Uninitialized`: GetMachineStatus answers `Uninitialized` for
-    /// them until an InitializeMachine succeeds (spec 002 section 11).
+    /// VMs (by id) not initialized yet: every new VM until an InitializeMachine succeeds for it. GetMachineStatus
+    /// answers `Uninitialized` for them (spec 002 section 11: the sim has something to initialise).
     pub(crate) uninitialized: std::collections::BTreeSet<u64>,
+    /// GetMachineStatus answers OK for uninitialized VMs (a provider breaking spec 002 section 11; see
+    /// [`crate::Faults::hide_uninitialized`]).
+    pub(crate) hide_uninitialized: bool,
     pub(crate) default_latency: Latency,
     pub(crate) method_latency: BTreeMap<DriverMethod, Latency>,
     pub(crate) node_faults: BTreeMap<String, NodeFaults>,
@@ -316,6 +319,7 @@ impl SimDriver {
             calls_by_machine: BTreeMap::new(),
             call_log: BTreeMap::new(),
             uninitialized: std::collections::BTreeSet::new(),
+            hide_uninitialized: false,
             default_latency: config.latency,
             method_latency: config.method_latency,
             node_faults: BTreeMap::new(),
@@ -333,6 +337,19 @@ impl SimDriver {
         Faults {
             shared: Arc::clone(&self.shared),
         }
+    }
+
+    /// The machine names of the VMs whose initialization has not succeeded yet, sorted.
+    pub fn uninitialized_machines(&self) -> Vec<String> {
+        let state = self.shared.lock();
+        let mut names: Vec<String> = state
+            .uninitialized
+            .iter()
+            .filter_map(|id| state.vms.get(id))
+            .map(|vm| vm.machine_name.clone())
+            .collect();
+        names.sort();
+        names
     }
 
     /// A snapshot of every VM, oldest first.
@@ -467,6 +484,7 @@ impl Driver for SimDriver {
                 id: 0,
                 created: Instant::now(),
             });
+            state.uninitialized.insert(vm.id);
             tracing::debug!(provider_id = vm.provider_id, "sim VM created");
             (Ok(response(&vm)), true)
         })
@@ -559,13 +577,15 @@ impl Driver for SimDriver {
                     // Spec 002 section 11: "If the instance associated with machine exists, but the instance was
                     // not initialized as expected, the provider implementations of GetMachineStatus should return
                     // an error: status.Error(codes.Initialization)".
-                    [vm] if state.uninitialized.contains(&vm.id) => Err(DriverError::new(
-                        MachineCode::Uninitialized,
-                        format!(
-                            "VM {} of machine {}/{} exists but is not initialized",
-                            vm.provider_id, subject.namespace, subject.name
-                        ),
-                    )),
+                    [vm] if state.uninitialized.contains(&vm.id) && !state.hide_uninitialized => {
+                        Err(DriverError::new(
+                            MachineCode::Uninitialized,
+                            format!(
+                                "VM {} of machine {}/{} exists but is not initialized",
+                                vm.provider_id, subject.namespace, subject.name
+                            ),
+                        ))
+                    }
                     [vm] => Ok(GetMachineStatusResponse {
                         provider_id: vm.provider_id.clone(),
                         node_name: vm.node_name.clone(),
