@@ -149,22 +149,33 @@ impl Cluster {
     /// Starts a machine controller (a new one: nothing in memory from an earlier one) against the same server and
     /// provider.
     pub fn start_controller(&mut self) {
-        self.spawn_controller(None);
+        self.spawn_controller(None, None);
+    }
+
+    /// [`Cluster::start_controller`] talking to the provider through `driver` (e.g. a gRPC client of the sim served
+    /// on a socket) instead of the sim in process.
+    pub fn start_controller_with_driver(&mut self, driver: Arc<dyn mcm_driver::Driver>) {
+        self.spawn_controller(None, Some(driver));
     }
 
     /// [`Cluster::start_controller`] with `metrics`: the machine cache feeds it at scrape time, the step durations
     /// and the reconciles are recorded in it.
     pub fn start_controller_with_metrics(&mut self, metrics: Arc<mcm_controllers::metrics::Metrics>) {
-        self.spawn_controller(Some(metrics));
+        self.spawn_controller(Some(metrics), None);
     }
 
-    fn spawn_controller(&mut self, metrics: Option<Arc<mcm_controllers::metrics::Metrics>>) {
+    fn spawn_controller(
+        &mut self,
+        metrics: Option<Arc<mcm_controllers::metrics::Metrics>>,
+        driver: Option<Arc<dyn mcm_driver::Driver>>,
+    ) {
         assert!(self.controller.is_none(), "one controller at a time");
+        let driver = driver.unwrap_or_else(|| Arc::new(self.driver.clone()));
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(machine::run_with_metrics(
             self.client.clone(),
             Some(self.client.clone()),
-            Arc::new(self.driver.clone()),
+            driver,
             Config {
                 namespace: NAMESPACE.into(),
                 settings: self.settings.clone(),
