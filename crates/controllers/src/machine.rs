@@ -869,8 +869,14 @@ async fn create(
                 code,
             } => {
                 ctx.note_failure(&name);
-                let gate =
-                    mcm_core::retry_policy::RetryGate::new(retry, now, ctx.fingerprint(&machine, class));
+                // The back-off runs from the failure, not from the start of the pass (earlier calls of the pass
+                // took time): a retry never comes sooner than the policy says.
+                let failed_at = jiff::Timestamp::now().max(now);
+                let gate = mcm_core::retry_policy::RetryGate::new(
+                    retry,
+                    failed_at,
+                    ctx.fingerprint(&machine, class),
+                );
                 if let Ok(mut gates) = ctx.retry_gates.lock() {
                     gates.insert(name.clone(), gate);
                 }

@@ -109,6 +109,40 @@ async fn creation_survives_every_code_of(method: DriverMethod, prefix: &str) {
     }
     assert_goal_figures(&cluster, &history, &format!("{method:?}"));
     assert_eq!(cluster.driver.vms().len(), faults.len(), "one VM per machine");
+    // The retry policy holds under every code: after each failed call the next call of the same method for the
+    // machine comes no sooner than the back-off's floor (transient codes) or the resync (codes awaiting a change).
+    let settings = fast_settings();
+    for (code, _) in &faults {
+        // Answers that are not failures of the call: GetMachineStatus NotFound/Unimplemented/Uninitialized lead to
+        // CreateMachine or InitializeMachine, InitializeMachine NotFound/Unimplemented skip initialization.
+        let not_a_failure = match method {
+            GetMachineStatus => matches!(
+                code,
+                MachineCode::NotFound | MachineCode::Unimplemented | MachineCode::Uninitialized
+            ),
+            InitializeMachine => matches!(code, MachineCode::NotFound | MachineCode::Unimplemented),
+            _ => false,
+        };
+        if not_a_failure {
+            continue;
+        }
+        let name = name_for(prefix, *code);
+        let floor = match mcm_core::retry_policy::retry_class(method, *code) {
+            mcm_core::retry_policy::RetryClass::Auto => {
+                settings.retry.backoff_base.mul_f64(1.0 - settings.retry.jitter)
+            }
+            mcm_core::retry_policy::RetryClass::AwaitChange => settings.retry.await_change_resync,
+        };
+        let times = cluster.faults.call_times(method, &name);
+        let failed_calls = usize::try_from(FIRES).unwrap().min(times.len().saturating_sub(1));
+        for pair in times.windows(2).take(failed_calls) {
+            let gap = pair[1].duration_since(pair[0]);
+            assert!(
+                gap >= floor,
+                "{method:?} {code:?}: called again after {gap:?}, before the retry policy's {floor:?}"
+            );
+        }
+    }
     let skipped: Vec<String> = [MachineCode::NotFound, MachineCode::Unimplemented]
         .into_iter()
         .filter(|_| method == InitializeMachine)
