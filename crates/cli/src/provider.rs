@@ -195,14 +195,16 @@ struct SimServeArgs {
     echo_requests: bool,
 }
 
-/// Runs `mcm provider ...`; the exit code is 2 for a misconfigured provider (spec 000: fail fast).
-pub fn main(args: ProviderArgs) -> anyhow::Result<()> {
+/// Runs `mcm provider ...`; the exit code is 2 for a misconfigured provider (spec 000: fail fast). `--log-format`
+/// and `--v`, when given, win over MC_LOG_FORMAT and MC_LOG_LEVEL.
+pub fn main(args: ProviderArgs, log_format: Option<&str>, verbosity: Option<u8>) -> anyhow::Result<()> {
+    let start_logging = |env: &ProviderEnv| init_provider_logging(env, log_format, verbosity);
     match args.command {
         ProviderCommand::Sim {
             command: SimCommand::Serve(args),
         } => {
             let env = provider_env(args.endpoint.as_ref(), "mcm provider sim serve");
-            init_provider_logging(&env);
+            start_logging(&env);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(serve_sim(args, env))
         }
@@ -213,7 +215,7 @@ pub fn main(args: ProviderArgs) -> anyhow::Result<()> {
                 crate::up::exit_with_parent(parent)?;
             }
             let env = provider_env(args.endpoint.as_ref(), "mcm provider local serve");
-            init_provider_logging(&env);
+            start_logging(&env);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(serve_local(args, env))
         }
@@ -221,7 +223,7 @@ pub fn main(args: ProviderArgs) -> anyhow::Result<()> {
             command: AwsCommand::Serve(args),
         } => {
             let env = provider_env(args.endpoint.as_ref(), "mcm provider aws serve");
-            init_provider_logging(&env);
+            start_logging(&env);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(serve_aws(env, args.metrics_address))
         }
@@ -493,20 +495,11 @@ fn outcome_result(outcome: &mcm_grpc::conformance::Outcome) -> (&'static str, &s
     }
 }
 
-fn init_provider_logging(env: &ProviderEnv) {
-    use tracing_subscriber::{layer::SubscriberExt as _, util::SubscriberInitExt as _};
-    let filter = tracing_subscriber::EnvFilter::new(&env.log_level);
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(crate::log_colours())
-        .with_writer(std::io::stderr);
-    // No kube client line may carry a response body (a Secret's values): docs/pitfalls.md.
-    let no_bodies = mcm_controllers::logging::NoResponseBodies;
-    if env.log_json {
-        builder.json().finish().with(no_bodies).init();
-    } else {
-        builder.finish().with(no_bodies).init();
-    }
+/// A provider logs as `--log-format`/`--v` say, else as MC_LOG_FORMAT/MC_LOG_LEVEL say (RUST_LOG wins over both).
+fn init_provider_logging(env: &ProviderEnv, log_format: Option<&str>, verbosity: Option<u8>) {
+    let json = log_format.map_or(env.log_json, |format| format == "json");
+    let level = verbosity.map_or(env.log_level.as_str(), |v| crate::level_of(v));
+    crate::init_logging_at(json, level);
 }
 
 /// The optional calls the sim provider implements.

@@ -11,7 +11,7 @@ use support::{Background, example};
 
 /// A sim provider serving on a socket in a fresh directory of its own; stopped and removed on drop.
 struct Provider {
-    _process: Background,
+    process: Background,
     endpoint: String,
     dir: tempfile::TempDir,
 }
@@ -22,6 +22,13 @@ impl Provider {
     }
 
     fn start_with(test: &str, flags: &[&str]) -> Self {
+        Self::start_configured(test, |command| {
+            command.args(flags);
+        })
+    }
+
+    /// A provider whose command (flags, environment) `configure` completes.
+    fn start_configured(test: &str, configure: impl FnOnce(&mut Command)) -> Self {
         let dir = tempfile::Builder::new()
             .prefix(&format!("mcm-e2e-call-{test}-"))
             .tempdir()
@@ -29,11 +36,11 @@ impl Provider {
         let endpoint = format!("unix://{}", dir.path().join("p.sock").display());
         let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
         command.args(["provider", "sim", "serve", "--endpoint", &endpoint]);
-        command.args(flags);
+        configure(&mut command);
         let process = Background::spawn(command, "mcm provider sim serve".into());
         process.wait_for_stdout("the provider to serve", |out| out.contains("serving on"));
         Self {
-            _process: process,
+            process,
             endpoint,
             dir,
         }
@@ -148,6 +155,44 @@ fn a_provider_error_prints_its_code_and_exits_1() {
     assert_eq!(code, Some(1), "{stdout}\n{stderr}");
     assert!(stderr.contains("NotFound"), "the machine code is named: {stderr}");
     assert!(stdout.is_empty(), "no answer on stdout: {stdout}");
+}
+
+/// `--v` is klog's verbosity, as in the reference's providers: 4 and above log every call (debug), and the flag wins
+/// over MC_LOG_LEVEL either way.
+#[test]
+fn the_provider_logs_as_its_v_flag_says() {
+    let verbose = Provider::start_configured("v4", |command| {
+        command
+            .args(["--v", "4"])
+            .env("MC_LOG_LEVEL", "error")
+            .env_remove("RUST_LOG");
+    });
+    verbose.call_ok(&["list"]);
+    verbose
+        .process
+        .wait_for_stderr("a debug line for the call", |err| {
+            err.contains("provider call succeeded") && err.contains("ListMachines")
+        });
+
+    let quiet = Provider::start_configured("v2", |command| {
+        command
+            .args(["--v", "2"])
+            .env("MC_LOG_LEVEL", "debug")
+            .env_remove("RUST_LOG");
+    });
+    quiet.call_ok(&["list"]);
+    // A failed call is logged at info: once its line is there, the list's debug line would be before it.
+    let (code, _, _) = quiet.call(&["status", "--machine", "never-created"]);
+    assert_eq!(code, Some(1));
+    quiet.process.wait_for_stderr("the failed call at info", |err| {
+        err.contains("provider call failed")
+    });
+    let stderr = quiet.process.stderr();
+    assert!(
+        !stderr.contains("provider call succeeded"),
+        "--v 2 is info: {stderr}"
+    );
+    assert!(!stderr.contains("DEBUG"), "--v 2 is info: {stderr}");
 }
 
 #[test]
