@@ -19,6 +19,7 @@ mod provider;
 mod provider_call;
 mod raw_objects;
 mod run;
+mod sim_control;
 mod up;
 
 /// A declarative manager of Kubernetes worker machines, compatible with machine.sapcloud.io/v1alpha1.

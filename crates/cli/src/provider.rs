@@ -193,6 +193,11 @@ struct SimServeArgs {
     /// testing that the controllers redact provider messages; never in production.
     #[arg(long)]
     echo_requests: bool,
+    /// Test only: serve the fault-injection control endpoint on this loopback address (port 0 picks a free one; the
+    /// address is printed): POST/DELETE /faults, PUT /latency, GET /calls (docs/provider-sim.md). It has no
+    /// authentication, so a non-loopback address is refused. Not served when absent.
+    #[arg(long)]
+    control_address: Option<std::net::SocketAddr>,
 }
 
 /// Runs `mcm provider ...`; the exit code is 2 for a misconfigured provider (spec 000: fail fast). `--log-format`
@@ -530,6 +535,19 @@ async fn serve_sim(args: SimServeArgs, env: ProviderEnv) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let control = match args.control_address {
+        Some(address) => match crate::sim_control::start(address, driver.faults()).await {
+            Ok((local, task)) => {
+                println!("mcm provider sim: control on http://{local}");
+                Some(task)
+            }
+            Err(err) => {
+                eprintln!("mcm provider sim serve: misconfigured: {err:#}");
+                std::process::exit(2);
+            }
+        },
+        None => None,
+    };
     println!("mcm provider sim: serving on {}", env.endpoint);
     let served: Arc<dyn mcm_driver::Driver> = if args.echo_requests {
         tracing::warn!("--echo-requests: provider errors quote whole requests, secrets included (test only)");
@@ -543,6 +561,9 @@ async fn serve_sim(args: SimServeArgs, env: ProviderEnv) -> anyhow::Result<()> {
     .await;
     if let Some(kubelet) = kubelet {
         kubelet.stop().await;
+    }
+    if let Some(control) = control {
+        control.abort();
     }
     serve_result(result, "mcm provider sim serve")
 }

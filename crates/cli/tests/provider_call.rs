@@ -255,3 +255,121 @@ fn a_provider_message_quoting_the_secret_is_printed_redacted() {
         "the error is printed, the secret's values replaced: {stderr}"
     );
 }
+
+/// A plain HTTP/1.1 request to the control endpoint (one per connection): status code and body.
+fn http(address: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(address).expect("connect to the control endpoint");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("read timeout");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send the request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read the response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status code");
+    (status, body.to_owned())
+}
+
+/// The control address `mcm provider sim serve --control-address` printed.
+fn control_address(provider: &Provider) -> std::net::SocketAddr {
+    let stdout = provider
+        .process
+        .wait_for_stdout("the control address", |out| out.contains("control on http://"));
+    stdout
+        .split("control on http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|address| address.parse().ok())
+        .expect("an address")
+}
+
+/// A test outside the process injects a fault into the running provider binary, a client call sees its code and
+/// message, the fault is cleared and the same call succeeds; a hanging method ends at the client's deadline; the
+/// call counts tell what the provider received; a bad request names its field.
+#[test]
+fn faults_injected_through_the_control_endpoint_reach_calls_and_clear() {
+    let provider = Provider::start_with("control", &["--control-address", "127.0.0.1:0"]);
+    let control = control_address(&provider);
+
+    let (status, body) = http(
+        control,
+        "POST",
+        "/faults",
+        r#"{"method":"CreateMachine","code":"ResourceExhausted","message":"quota exceeded (injected)"}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    let (code, stdout, stderr) = provider.call(&["create", "--machine", "vm-a"]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("ResourceExhausted") && stderr.contains("quota exceeded (injected)"),
+        "{stderr}"
+    );
+    let (status, body) = http(control, "DELETE", "/faults", "");
+    assert_eq!(status, 200, "{body}");
+    provider.call_ok(&["create", "--machine", "vm-a"]);
+
+    let (status, body) = http(
+        control,
+        "PUT",
+        "/latency",
+        r#"{"method":"GetMachineStatus","latency":"hang"}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let (code, _, stderr) = provider.call(&["status", "--machine", "vm-a", "--call-timeout", "1s"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("DeadlineExceeded"), "{stderr}");
+    let (status, _) = http(
+        control,
+        "PUT",
+        "/latency",
+        r#"{"method":"GetMachineStatus","latency":"0s"}"#,
+    );
+    assert_eq!(status, 200);
+    let answer = provider.call_ok(&["status", "--machine", "vm-a"]);
+    assert!(answer.contains("vm-a"), "{answer}");
+
+    let (status, body) = http(control, "GET", "/calls", "");
+    assert_eq!(status, 200, "{body}");
+    let counts: serde_json::Value = serde_json::from_str(&body).expect("JSON counts");
+    assert_eq!(counts["CreateMachine"], 2, "{body}");
+    assert_eq!(counts["GetMachineStatus"], 2, "{body}");
+
+    let (status, body) = http(
+        control,
+        "POST",
+        "/faults",
+        r#"{"method":"Create","code":"Internal"}"#,
+    );
+    assert_eq!(status, 400);
+    assert!(body.contains("method: unknown method \"Create\""), "{body}");
+    let (status, _) = http(control, "DELETE", "/faults/99", "");
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn the_control_endpoint_refuses_a_non_loopback_address() {
+    let dir = tempfile::tempdir().expect("a test directory");
+    let endpoint = format!("unix://{}", dir.path().join("p.sock").display());
+    let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
+        .args(["provider", "sim", "serve", "--endpoint", &endpoint])
+        .args(["--control-address", "0.0.0.0:0"])
+        .output()
+        .expect("mcm provider sim serve runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--control-address") && stderr.contains("loopback"),
+        "{stderr}"
+    );
+}
