@@ -28,7 +28,7 @@ use mcm_provider_sim::{Fault, FaultId, Faults, Latency, Target};
 use serde::Deserialize;
 
 /// How long a `hang` latency is: far beyond any call deadline, so the call ends only by its client's deadline.
-pub const HANG: Duration = Duration::from_secs(365 * 24 * 3600);
+pub const HANG: Duration = Duration::from_hours(365 * 24);
 
 /// `POST /faults`: a call fault. `method` and `code` are required; at most one of `machines`, `share` and
 /// `probability` restricts which calls fail (every call when none).
@@ -157,7 +157,7 @@ fn json(status: StatusCode, value: &serde_json::Value) -> Response {
         .into_response()
 }
 
-fn bad_request(message: String) -> Response {
+fn bad_request(message: &str) -> Response {
     tracing::info!(%message, "control: request refused");
     (StatusCode::BAD_REQUEST, format!("{message}\n")).into_response()
 }
@@ -173,7 +173,7 @@ async fn add_fault(State(faults): State<Faults>, body: Bytes) -> Response {
             let id = faults.inject(fault);
             json(StatusCode::CREATED, &serde_json::json!({ "id": id.number() }))
         }
-        Err(message) => bad_request(message),
+        Err(message) => bad_request(&message),
     }
 }
 
@@ -185,7 +185,7 @@ async fn clear_faults(State(faults): State<Faults>) -> Response {
 
 async fn remove_fault(State(faults): State<Faults>, Path(id): Path<String>) -> Response {
     let Ok(number) = id.parse::<u64>() else {
-        return bad_request(format!(
+        return bad_request(&format!(
             "id: {id:?} is not a fault id (a number from POST /faults)"
         ));
     };
@@ -215,7 +215,7 @@ async fn set_latency(State(faults): State<Faults>, body: Bytes) -> Response {
                 &serde_json::json!({ "method": method.map(DriverMethod::name), "latency": shown }),
             )
         }
-        Err(message) => bad_request(message),
+        Err(message) => bad_request(&message),
     }
 }
 
