@@ -194,7 +194,7 @@ struct SimServeArgs {
     #[arg(long)]
     echo_requests: bool,
     /// Test only: serve the fault-injection control endpoint on this loopback address (port 0 picks a free one; the
-    /// address is printed): POST/DELETE /faults, PUT /latency, GET /calls (docs/provider-sim.md). It has no
+    /// address is printed): POST/DELETE /faults, PUT /latency, PUT /reachable, GET /calls (docs/provider-sim.md). It has no
     /// authentication, so a non-loopback address is refused. Not served when absent.
     #[arg(long)]
     control_address: Option<std::net::SocketAddr>,
@@ -535,8 +535,10 @@ async fn serve_sim(args: SimServeArgs, env: ProviderEnv) -> anyhow::Result<()> {
         }
         None => None,
     };
+    // Whether the provider serves (the control endpoint's PUT /reachable turns it off and on) and whether it stops.
+    let (reachable, mut reachable_now) = tokio::sync::watch::channel(true);
     let control = match args.control_address {
-        Some(address) => match crate::sim_control::start(address, driver.faults()).await {
+        Some(address) => match crate::sim_control::start(address, driver.faults(), reachable).await {
             Ok((local, task)) => {
                 println!("mcm provider sim: control on http://{local}");
                 Some(task)
@@ -548,17 +550,43 @@ async fn serve_sim(args: SimServeArgs, env: ProviderEnv) -> anyhow::Result<()> {
         },
         None => None,
     };
-    println!("mcm provider sim: serving on {}", env.endpoint);
+    let (quit, mut quitting) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let _ = crate::wait_for_signal().await;
+        let _ = quit.send(true);
+    });
     let served: Arc<dyn mcm_driver::Driver> = if args.echo_requests {
         tracing::warn!("--echo-requests: provider errors quote whole requests, secrets included (test only)");
         Arc::new(mcm_provider_sim::EchoRequests::new(driver))
     } else {
         Arc::new(driver)
     };
-    let result = mcm_grpc::serve(served, sim_info(), &env.endpoint, env.tls.as_ref(), async {
-        let _ = crate::wait_for_signal().await;
-    })
-    .await;
+    let result = loop {
+        println!("mcm provider sim: serving on {}", env.endpoint);
+        let (mut stop, mut off) = (quitting.clone(), reachable_now.clone());
+        let result = mcm_grpc::serve(
+            served.clone(),
+            sim_info(),
+            &env.endpoint,
+            env.tls.as_ref(),
+            async move {
+                tokio::select! {
+                    _ = stop.wait_for(|quit| *quit) => {}
+                    _ = off.wait_for(|reachable| !*reachable) => {}
+                }
+            },
+        )
+        .await;
+        if result.is_err() || *quitting.borrow() {
+            break result;
+        }
+        // Unreachable (test only): no socket, so calls fail with Unavailable, until PUT /reachable or a signal.
+        println!("mcm provider sim: unreachable (PUT /reachable to serve again)");
+        tokio::select! {
+            _ = quitting.wait_for(|quit| *quit) => break Ok(()),
+            _ = reachable_now.wait_for(|reachable| *reachable) => {}
+        }
+    };
     if let Some(kubelet) = kubelet {
         kubelet.stop().await;
     }

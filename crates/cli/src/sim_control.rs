@@ -9,6 +9,7 @@
 //! | `DELETE /faults/{id}` | | 200 `{"removed": true}`, 404 when there is no such fault |
 //! | `PUT /latency` | a [`LatencyBody`] | 200 `{"method": M or null, "latency": "..."}` |
 //! | `GET /calls` | | 200 calls received per method, failed ones included |
+//! | `PUT /reachable` | `{"reachable": false}` or `true` | 200: the provider stops serving (its socket goes: calls fail with Unavailable, as for a dead provider; calls in flight finish first) or serves again |
 //!
 //! A bad body is 400 with a message naming the field and the reason.
 
@@ -60,6 +61,26 @@ pub struct FaultBody {
 struct Share {
     n: u32,
     of: u32,
+}
+
+/// `PUT /reachable`: whether the provider serves.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReachableBody {
+    reachable: bool,
+}
+
+/// What the routes act on: the sim's faults, and the switch that makes the provider serve or not.
+#[derive(Clone)]
+struct Control {
+    faults: Faults,
+    reachable: tokio::sync::watch::Sender<bool>,
+}
+
+impl axum::extract::FromRef<Control> for Faults {
+    fn from_ref(control: &Control) -> Self {
+        control.faults.clone()
+    }
 }
 
 /// `PUT /latency`: the latency of one method (or, without `method`, of every method without its own).
@@ -219,6 +240,17 @@ async fn set_latency(State(faults): State<Faults>, body: Bytes) -> Response {
     }
 }
 
+async fn set_reachable(State(control): State<Control>, body: Bytes) -> Response {
+    match serde_json::from_slice::<ReachableBody>(&body) {
+        Ok(ReachableBody { reachable }) => {
+            tracing::info!(reachable, "control: reachability set");
+            control.reachable.send_replace(reachable);
+            json(StatusCode::OK, &serde_json::json!({ "reachable": reachable }))
+        }
+        Err(err) => bad_request(&format!("the reachability: {err}")),
+    }
+}
+
 async fn calls(State(faults): State<Faults>) -> Response {
     let counts: BTreeMap<&str, u64> = DriverMethod::ALL
         .into_iter()
@@ -227,10 +259,12 @@ async fn calls(State(faults): State<Faults>) -> Response {
     json(StatusCode::OK, &serde_json::json!(counts))
 }
 
-/// Binds the control endpoint (loopback only) and returns its address and the task serving it.
+/// Binds the control endpoint (loopback only) and returns its address and the task serving it. `reachable` is the
+/// switch `PUT /reachable` sets: the provider serves while it is true.
 pub async fn start(
     address: SocketAddr,
     faults: Faults,
+    reachable: tokio::sync::watch::Sender<bool>,
 ) -> anyhow::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     if !address.ip().is_loopback() {
         anyhow::bail!(
@@ -247,7 +281,8 @@ pub async fn start(
         .route("/faults/{id}", delete(remove_fault))
         .route("/latency", put(set_latency))
         .route("/calls", get(calls))
-        .with_state(faults);
+        .route("/reachable", put(set_reachable))
+        .with_state(Control { faults, reachable });
     let task = tokio::spawn(async move {
         if let Err(err) = axum::serve(listener, router).await {
             tracing::error!(error = %err, "control endpoint stopped");

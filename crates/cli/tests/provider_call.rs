@@ -373,3 +373,35 @@ fn the_control_endpoint_refuses_a_non_loopback_address() {
         "{stderr}"
     );
 }
+
+/// `PUT /reachable` false: the provider stops serving (its socket goes), so a client sees Unavailable as for a dead
+/// provider; true: it serves again, its VMs kept.
+#[test]
+fn the_control_endpoint_makes_the_provider_unreachable_and_back() {
+    let provider = Provider::start_with("reach", &["--control-address", "127.0.0.1:0"]);
+    let control = control_address(&provider);
+    provider.call_ok(&["create", "--machine", "vm-r"]);
+
+    let (status, body) = http(control, "PUT", "/reachable", r#"{"reachable":false}"#);
+    assert_eq!(status, 200, "{body}");
+    provider
+        .process
+        .wait_for_stdout("the provider to stop serving", |out| {
+            out.contains("unreachable (PUT /reachable")
+        });
+    let (code, _, stderr) = provider.call(&["list"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("Unavailable"), "{stderr}");
+
+    let (status, body) = http(control, "PUT", "/reachable", r#"{"reachable":true}"#);
+    assert_eq!(status, 200, "{body}");
+    let listed = support::poll("the provider to serve again", support::CONDITION_DEADLINE, || {
+        let (code, stdout, _) = provider.call(&["list"]);
+        (code == Some(0)).then_some(stdout)
+    });
+    assert!(listed.contains("vm-r"), "the VM was kept: {listed}");
+
+    let (status, body) = http(control, "PUT", "/reachable", r#"{"reachable":"no"}"#);
+    assert_eq!(status, 400);
+    assert!(body.contains("the reachability: invalid type"), "{body}");
+}
