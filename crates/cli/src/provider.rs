@@ -34,8 +34,9 @@ enum ProviderCommand {
         command: AwsCommand,
     },
     /// Run the provider conformance suite against a live provider: identity and probe, CreateMachine (and its
-    /// idempotency), GetMachineStatus, ListMachines, InitializeMachine, an invalid providerSpec, error messages,
-    /// DeleteMachine (and its idempotency), NotFound after deletion, GetVolumeIDs. Creates and deletes machines
+    /// idempotency), GetMachineStatus, ListMachines, InitializeMachine (and Uninitialized until it succeeds), an
+    /// invalid providerSpec, error messages, DeleteMachine (and its idempotency), NotFound after deletion,
+    /// GetVolumeIDs. Creates and deletes machines
     /// named <name-prefix>-<n> with the class given (default: the built-in local example's class and secret, see
     /// `mcm examples local`). Exit code 0 when no check failed, 1 otherwise.
     Test(TestArgs),
