@@ -245,6 +245,30 @@ mod tests {
         }
     }
 
+    /// Folders of `examples/` that are not built in, each for a reason: `providers` holds providers written in other
+    /// languages (source, generated stubs, requirements), run from a checkout, not manifests to apply.
+    const NOT_BUILT_IN: [&str; 1] = ["providers"];
+
+    /// Every folder of `examples/` is a set built in, or left out on purpose ([`NOT_BUILT_IN`]).
+    #[test]
+    fn every_example_folder_is_built_in_or_left_out_on_purpose() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+        let mut folders: Vec<String> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.is_dir())
+            .map(|path| path.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        folders.sort();
+        let mut known: Vec<&str> = Set::ALL
+            .iter()
+            .map(|set| set.name())
+            .chain(NOT_BUILT_IN)
+            .collect();
+        known.sort_unstable();
+        assert_eq!(folders, known);
+    }
+
     #[test]
     fn a_file_is_found_with_or_without_its_extension_and_an_unknown_one_is_named() {
         assert_eq!(Set::Local.manifest("00-secret").unwrap().name, "00-secret.yaml");

@@ -19,19 +19,21 @@ mod provider;
 mod provider_call;
 mod raw_objects;
 mod run;
+mod sim_control;
 mod up;
 
 /// A declarative manager of Kubernetes worker machines, compatible with machine.sapcloud.io/v1alpha1.
 #[derive(Debug, Parser)]
 #[command(name = "mcm", version, about, long_about = None)]
 struct Cli {
-    /// Log format: `text` or `json`.
-    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
-    log_format: String,
-    /// Log verbosity as klog's `--v` of the reference: 0-3 info, 4-5 debug, 6 and above trace. RUST_LOG, when set,
-    /// takes precedence (e.g. `RUST_LOG=mcm_controllers=debug`).
-    #[arg(long = "v", global = true, default_value_t = 0, value_name = "LEVEL")]
-    verbosity: u8,
+    /// Log format: `text` (the default) or `json`. For `mcm provider ... serve` it wins over MC_LOG_FORMAT.
+    #[arg(long, global = true, value_parser = ["text", "json"], value_name = "FORMAT")]
+    log_format: Option<String>,
+    /// Log verbosity as klog's `--v` of the reference: 0-3 info (the default 0), 4-5 debug, 6 and above trace. For
+    /// `mcm provider ... serve` it wins over MC_LOG_LEVEL. RUST_LOG, when set, takes precedence over both (e.g.
+    /// `RUST_LOG=mcm_controllers=debug`).
+    #[arg(long = "v", global = true, value_name = "LEVEL")]
+    verbosity: Option<u8>,
     #[command(subcommand)]
     command: Command,
 }
@@ -154,7 +156,7 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// The log level of a klog verbosity.
-fn level_of(verbosity: u8) -> &'static str {
+pub(crate) fn level_of(verbosity: u8) -> &'static str {
     match verbosity {
         0..=3 => "info",
         4..=5 => "debug",
@@ -168,21 +170,27 @@ pub(crate) fn log_colours() -> bool {
     std::io::stderr().is_terminal()
 }
 
-fn init_logging(format: &str, verbosity: u8) {
+/// Logging on standard error at `level` (RUST_LOG, when set, wins), as JSON lines or text.
+pub(crate) fn init_logging_at(json: bool, level: &str) {
     use tracing_subscriber::{layer::SubscriberExt as _, util::SubscriberInitExt as _};
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level_of(verbosity)));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(log_colours())
         .with_writer(std::io::stderr);
     // No kube client line may carry a response body (a Secret's values): docs/pitfalls.md.
     let no_bodies = mcm_controllers::logging::NoResponseBodies;
-    if format == "json" {
+    if json {
         builder.json().finish().with(no_bodies).init();
     } else {
         builder.finish().with(no_bodies).init();
     }
+}
+
+/// Logging as `--log-format` and `--v` say (text, info by default).
+fn init_logging(format: Option<&str>, verbosity: Option<u8>) {
+    init_logging_at(format == Some("json"), level_of(verbosity.unwrap_or(0)));
 }
 
 /// Standard output was closed by its reader (`mcm crds | head`): the command ends quietly with exit 0, as a Unix
@@ -249,32 +257,32 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Examples(args) => examples::main(&args)?,
         Command::Run(args) => {
-            init_logging(&cli.log_format, cli.verbosity);
+            init_logging(cli.log_format.as_deref(), cli.verbosity);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(run::run_controllers(*args))?;
         }
-        Command::Provider(args) => provider::main(args)?,
+        Command::Provider(args) => provider::main(args, cli.log_format.as_deref(), cli.verbosity)?,
         Command::Capi(args) => {
-            init_logging(&cli.log_format, cli.verbosity);
+            init_logging(cli.log_format.as_deref(), cli.verbosity);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(capi::main(args))?;
         }
         Command::Up(args) => {
-            init_logging(&cli.log_format, cli.verbosity);
+            init_logging(cli.log_format.as_deref(), cli.verbosity);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(up::up(*args))?;
         }
         Command::Down(args) => up::down(args)?,
         Command::Bench(args) => {
-            init_logging(&cli.log_format, cli.verbosity);
+            init_logging(cli.log_format.as_deref(), cli.verbosity);
             bench::main(&args)?;
         }
         Command::NodeAgent(args) => {
-            init_logging(&cli.log_format, cli.verbosity);
+            init_logging(cli.log_format.as_deref(), cli.verbosity);
             std::process::exit(node_agent::main(args));
         }
         Command::Apiserver(args) => {
-            init_logging(&cli.log_format, cli.verbosity);
+            init_logging(cli.log_format.as_deref(), cli.verbosity);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(run_apiserver(args))?;
         }

@@ -34,8 +34,9 @@ enum ProviderCommand {
         command: AwsCommand,
     },
     /// Run the provider conformance suite against a live provider: identity and probe, CreateMachine (and its
-    /// idempotency), GetMachineStatus, ListMachines, InitializeMachine, an invalid providerSpec, error messages,
-    /// DeleteMachine (and its idempotency), NotFound after deletion, GetVolumeIDs. Creates and deletes machines
+    /// idempotency), GetMachineStatus, ListMachines, InitializeMachine (and Uninitialized until it succeeds), an
+    /// invalid providerSpec, error messages, DeleteMachine (and its idempotency), NotFound after deletion,
+    /// GetVolumeIDs. Creates and deletes machines
     /// named <name-prefix>-<n> with the class given (default: the built-in local example's class and secret, see
     /// `mcm examples local`). Exit code 0 when no check failed, 1 otherwise.
     Test(TestArgs),
@@ -193,16 +194,23 @@ struct SimServeArgs {
     /// testing that the controllers redact provider messages; never in production.
     #[arg(long)]
     echo_requests: bool,
+    /// Test only: serve the fault-injection control endpoint on this loopback address (port 0 picks a free one; the
+    /// address is printed): POST/DELETE /faults, PUT /latency, PUT /reachable, GET /calls (docs/provider-sim.md). It has no
+    /// authentication, so a non-loopback address is refused. Not served when absent.
+    #[arg(long)]
+    control_address: Option<std::net::SocketAddr>,
 }
 
-/// Runs `mcm provider ...`; the exit code is 2 for a misconfigured provider (spec 000: fail fast).
-pub fn main(args: ProviderArgs) -> anyhow::Result<()> {
+/// Runs `mcm provider ...`; the exit code is 2 for a misconfigured provider (spec 000: fail fast). `--log-format`
+/// and `--v`, when given, win over MC_LOG_FORMAT and MC_LOG_LEVEL.
+pub fn main(args: ProviderArgs, log_format: Option<&str>, verbosity: Option<u8>) -> anyhow::Result<()> {
+    let start_logging = |env: &ProviderEnv| init_provider_logging(env, log_format, verbosity);
     match args.command {
         ProviderCommand::Sim {
             command: SimCommand::Serve(args),
         } => {
             let env = provider_env(args.endpoint.as_ref(), "mcm provider sim serve");
-            init_provider_logging(&env);
+            start_logging(&env);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(serve_sim(args, env))
         }
@@ -213,7 +221,7 @@ pub fn main(args: ProviderArgs) -> anyhow::Result<()> {
                 crate::up::exit_with_parent(parent)?;
             }
             let env = provider_env(args.endpoint.as_ref(), "mcm provider local serve");
-            init_provider_logging(&env);
+            start_logging(&env);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(serve_local(args, env))
         }
@@ -221,7 +229,7 @@ pub fn main(args: ProviderArgs) -> anyhow::Result<()> {
             command: AwsCommand::Serve(args),
         } => {
             let env = provider_env(args.endpoint.as_ref(), "mcm provider aws serve");
-            init_provider_logging(&env);
+            start_logging(&env);
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(serve_aws(env, args.metrics_address))
         }
@@ -493,20 +501,11 @@ fn outcome_result(outcome: &mcm_grpc::conformance::Outcome) -> (&'static str, &s
     }
 }
 
-fn init_provider_logging(env: &ProviderEnv) {
-    use tracing_subscriber::{layer::SubscriberExt as _, util::SubscriberInitExt as _};
-    let filter = tracing_subscriber::EnvFilter::new(&env.log_level);
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(crate::log_colours())
-        .with_writer(std::io::stderr);
-    // No kube client line may carry a response body (a Secret's values): docs/pitfalls.md.
-    let no_bodies = mcm_controllers::logging::NoResponseBodies;
-    if env.log_json {
-        builder.json().finish().with(no_bodies).init();
-    } else {
-        builder.finish().with(no_bodies).init();
-    }
+/// A provider logs as `--log-format`/`--v` say, else as MC_LOG_FORMAT/MC_LOG_LEVEL say (RUST_LOG wins over both).
+fn init_provider_logging(env: &ProviderEnv, log_format: Option<&str>, verbosity: Option<u8>) {
+    let json = log_format.map_or(env.log_json, |format| format == "json");
+    let level = verbosity.map_or(env.log_level.as_str(), |v| crate::level_of(v));
+    crate::init_logging_at(json, level);
 }
 
 /// The optional calls the sim provider implements.
@@ -537,19 +536,63 @@ async fn serve_sim(args: SimServeArgs, env: ProviderEnv) -> anyhow::Result<()> {
         }
         None => None,
     };
-    println!("mcm provider sim: serving on {}", env.endpoint);
+    // Whether the provider serves (the control endpoint's PUT /reachable turns it off and on) and whether it stops.
+    let (reachable, mut reachable_now) = tokio::sync::watch::channel(true);
+    let control = match args.control_address {
+        Some(address) => match crate::sim_control::start(address, driver.faults(), reachable).await {
+            Ok((local, task)) => {
+                println!("mcm provider sim: control on http://{local}");
+                Some(task)
+            }
+            Err(err) => {
+                eprintln!("mcm provider sim serve: misconfigured: {err:#}");
+                std::process::exit(2);
+            }
+        },
+        None => None,
+    };
+    let (quit, mut quitting) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        let _ = crate::wait_for_signal().await;
+        let _ = quit.send(true);
+    });
     let served: Arc<dyn mcm_driver::Driver> = if args.echo_requests {
         tracing::warn!("--echo-requests: provider errors quote whole requests, secrets included (test only)");
         Arc::new(mcm_provider_sim::EchoRequests::new(driver))
     } else {
         Arc::new(driver)
     };
-    let result = mcm_grpc::serve(served, sim_info(), &env.endpoint, env.tls.as_ref(), async {
-        let _ = crate::wait_for_signal().await;
-    })
-    .await;
+    let result = loop {
+        println!("mcm provider sim: serving on {}", env.endpoint);
+        let (mut stop, mut off) = (quitting.clone(), reachable_now.clone());
+        let result = mcm_grpc::serve(
+            served.clone(),
+            sim_info(),
+            &env.endpoint,
+            env.tls.as_ref(),
+            async move {
+                tokio::select! {
+                    _ = stop.wait_for(|quit| *quit) => {}
+                    _ = off.wait_for(|reachable| !*reachable) => {}
+                }
+            },
+        )
+        .await;
+        if result.is_err() || *quitting.borrow() {
+            break result;
+        }
+        // Unreachable (test only): no socket, so calls fail with Unavailable, until PUT /reachable or a signal.
+        println!("mcm provider sim: unreachable (PUT /reachable to serve again)");
+        tokio::select! {
+            _ = quitting.wait_for(|quit| *quit) => break Ok(()),
+            _ = reachable_now.wait_for(|reachable| *reachable) => {}
+        }
+    };
     if let Some(kubelet) = kubelet {
         kubelet.stop().await;
+    }
+    if let Some(control) = control {
+        control.abort();
     }
     serve_result(result, "mcm provider sim serve")
 }

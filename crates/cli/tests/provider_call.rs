@@ -11,7 +11,7 @@ use support::{Background, example};
 
 /// A sim provider serving on a socket in a fresh directory of its own; stopped and removed on drop.
 struct Provider {
-    _process: Background,
+    process: Background,
     endpoint: String,
     dir: tempfile::TempDir,
 }
@@ -22,6 +22,13 @@ impl Provider {
     }
 
     fn start_with(test: &str, flags: &[&str]) -> Self {
+        Self::start_configured(test, |command| {
+            command.args(flags);
+        })
+    }
+
+    /// A provider whose command (flags, environment) `configure` completes.
+    fn start_configured(test: &str, configure: impl FnOnce(&mut Command)) -> Self {
         let dir = tempfile::Builder::new()
             .prefix(&format!("mcm-e2e-call-{test}-"))
             .tempdir()
@@ -29,11 +36,11 @@ impl Provider {
         let endpoint = format!("unix://{}", dir.path().join("p.sock").display());
         let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
         command.args(["provider", "sim", "serve", "--endpoint", &endpoint]);
-        command.args(flags);
+        configure(&mut command);
         let process = Background::spawn(command, "mcm provider sim serve".into());
         process.wait_for_stdout("the provider to serve", |out| out.contains("serving on"));
         Self {
-            _process: process,
+            process,
             endpoint,
             dir,
         }
@@ -158,6 +165,44 @@ fn a_provider_error_prints_its_code_and_exits_1() {
     assert!(stdout.is_empty(), "no answer on stdout: {stdout}");
 }
 
+/// `--v` is klog's verbosity, as in the reference's providers: 4 and above log every call (debug), and the flag wins
+/// over MC_LOG_LEVEL either way.
+#[test]
+fn the_provider_logs_as_its_v_flag_says() {
+    let verbose = Provider::start_configured("v4", |command| {
+        command
+            .args(["--v", "4"])
+            .env("MC_LOG_LEVEL", "error")
+            .env_remove("RUST_LOG");
+    });
+    verbose.call_ok(&["list"]);
+    verbose
+        .process
+        .wait_for_stderr("a debug line for the call", |err| {
+            err.contains("provider call succeeded") && err.contains("ListMachines")
+        });
+
+    let quiet = Provider::start_configured("v2", |command| {
+        command
+            .args(["--v", "2"])
+            .env("MC_LOG_LEVEL", "debug")
+            .env_remove("RUST_LOG");
+    });
+    quiet.call_ok(&["list"]);
+    // A failed call is logged at info: once its line is there, the list's debug line would be before it.
+    let (code, _, _) = quiet.call(&["status", "--machine", "never-created"]);
+    assert_eq!(code, Some(1));
+    quiet.process.wait_for_stderr("the failed call at info", |err| {
+        err.contains("provider call failed")
+    });
+    let stderr = quiet.process.stderr();
+    assert!(
+        !stderr.contains("provider call succeeded"),
+        "--v 2 is info: {stderr}"
+    );
+    assert!(!stderr.contains("DEBUG"), "--v 2 is info: {stderr}");
+}
+
 #[test]
 fn bad_usage_exits_2_naming_the_flag() {
     let provider = Provider::start("usage");
@@ -217,4 +262,154 @@ fn a_provider_message_quoting_the_secret_is_printed_redacted() {
         stderr.contains("create: ") && stderr.contains("[redacted]"),
         "the error is printed, the secret's values replaced: {stderr}"
     );
+}
+
+/// A plain HTTP/1.1 request to the control endpoint (one per connection): status code and body.
+fn http(address: std::net::SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(address).expect("connect to the control endpoint");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("read timeout");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send the request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("read the response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status code");
+    (status, body.to_owned())
+}
+
+/// The control address `mcm provider sim serve --control-address` printed.
+fn control_address(provider: &Provider) -> std::net::SocketAddr {
+    let stdout = provider
+        .process
+        .wait_for_stdout("the control address", |out| out.contains("control on http://"));
+    stdout
+        .split("control on http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|address| address.parse().ok())
+        .expect("an address")
+}
+
+/// A test outside the process injects a fault into the running provider binary, a client call sees its code and
+/// message, the fault is cleared and the same call succeeds; a hanging method ends at the client's deadline; the
+/// call counts tell what the provider received; a bad request names its field.
+#[test]
+fn faults_injected_through_the_control_endpoint_reach_calls_and_clear() {
+    let provider = Provider::start_with("control", &["--control-address", "127.0.0.1:0"]);
+    let control = control_address(&provider);
+
+    let (status, body) = http(
+        control,
+        "POST",
+        "/faults",
+        r#"{"method":"CreateMachine","code":"ResourceExhausted","message":"quota exceeded (injected)"}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    let (code, stdout, stderr) = provider.call(&["create", "--machine", "vm-a"]);
+    assert_eq!(code, Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("ResourceExhausted") && stderr.contains("quota exceeded (injected)"),
+        "{stderr}"
+    );
+    let (status, body) = http(control, "DELETE", "/faults", "");
+    assert_eq!(status, 200, "{body}");
+    provider.call_ok(&["create", "--machine", "vm-a"]);
+
+    let (status, body) = http(
+        control,
+        "PUT",
+        "/latency",
+        r#"{"method":"GetMachineStatus","latency":"hang"}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let (code, _, stderr) = provider.call(&["status", "--machine", "vm-a", "--call-timeout", "1s"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("DeadlineExceeded"), "{stderr}");
+    let (status, _) = http(
+        control,
+        "PUT",
+        "/latency",
+        r#"{"method":"GetMachineStatus","latency":"0s"}"#,
+    );
+    assert_eq!(status, 200);
+    let answer = provider.call_ok(&["status", "--machine", "vm-a"]);
+    assert!(answer.contains("vm-a"), "{answer}");
+
+    let (status, body) = http(control, "GET", "/calls", "");
+    assert_eq!(status, 200, "{body}");
+    let counts: serde_json::Value = serde_json::from_str(&body).expect("JSON counts");
+    assert_eq!(counts["CreateMachine"], 2, "{body}");
+    assert_eq!(counts["GetMachineStatus"], 2, "{body}");
+
+    let (status, body) = http(
+        control,
+        "POST",
+        "/faults",
+        r#"{"method":"Create","code":"Internal"}"#,
+    );
+    assert_eq!(status, 400);
+    assert!(body.contains("method: unknown method \"Create\""), "{body}");
+    let (status, _) = http(control, "DELETE", "/faults/99", "");
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn the_control_endpoint_refuses_a_non_loopback_address() {
+    let dir = tempfile::tempdir().expect("a test directory");
+    let endpoint = format!("unix://{}", dir.path().join("p.sock").display());
+    let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
+        .args(["provider", "sim", "serve", "--endpoint", &endpoint])
+        .args(["--control-address", "0.0.0.0:0"])
+        .output()
+        .expect("mcm provider sim serve runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--control-address") && stderr.contains("loopback"),
+        "{stderr}"
+    );
+}
+
+/// `PUT /reachable` false: the provider stops serving (its socket goes), so a client sees Unavailable as for a dead
+/// provider; true: it serves again, its VMs kept.
+#[test]
+fn the_control_endpoint_makes_the_provider_unreachable_and_back() {
+    let provider = Provider::start_with("reach", &["--control-address", "127.0.0.1:0"]);
+    let control = control_address(&provider);
+    provider.call_ok(&["create", "--machine", "vm-r"]);
+
+    let (status, body) = http(control, "PUT", "/reachable", r#"{"reachable":false}"#);
+    assert_eq!(status, 200, "{body}");
+    provider
+        .process
+        .wait_for_stdout("the provider to stop serving", |out| {
+            out.contains("unreachable (PUT /reachable")
+        });
+    let (code, _, stderr) = provider.call(&["list"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("Unavailable"), "{stderr}");
+
+    let (status, body) = http(control, "PUT", "/reachable", r#"{"reachable":true}"#);
+    assert_eq!(status, 200, "{body}");
+    let listed = support::poll("the provider to serve again", support::CONDITION_DEADLINE, || {
+        let (code, stdout, _) = provider.call(&["list"]);
+        (code == Some(0)).then_some(stdout)
+    });
+    assert!(listed.contains("vm-r"), "the VM was kept: {listed}");
+
+    let (status, body) = http(control, "PUT", "/reachable", r#"{"reachable":"no"}"#);
+    assert_eq!(status, 400);
+    assert!(body.contains("the reachability: invalid type"), "{body}");
 }

@@ -162,13 +162,14 @@ fn the_conformance_suite_fails_with_exit_1_when_the_provider_is_not_there() {
 }
 
 /// The conformance checks, in the order the report lists them.
-const CHECKS: [&str; 13] = [
+const CHECKS: [&str; 14] = [
     "identity",
     "create-machine",
     "create-machine-idempotent",
-    "initialize-machine",
     "get-machine-status",
     "list-machines",
+    "initialize-machine",
+    "uninitialized-until-initialized",
     "invalid-provider-spec",
     "error-messages",
     "delete-machine-idempotent",
@@ -256,7 +257,7 @@ fn the_json_report_of_the_sim_provider_lists_every_check_and_exits_0() {
     assert_eq!(summary["failed"], 0);
     assert_eq!(
         summary["passed"].as_u64().unwrap() + summary["skipped"].as_u64().unwrap(),
-        13
+        14
     );
     assert!(
         !report.to_string().contains("node-agent"),

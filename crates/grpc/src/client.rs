@@ -20,6 +20,7 @@ use mcm_driver::{
 use tonic::transport::{Channel, Uri};
 
 use crate::{
+    authority::UNIX_AUTHORITY,
     convert,
     endpoint::Endpoint,
     proto::{self, driver_client::DriverClient, identity_client::IdentityClient},
@@ -98,8 +99,9 @@ fn channel(endpoint: &Endpoint, options: &ClientOptions) -> Result<Channel, Clie
     match endpoint {
         Endpoint::Unix(path) => {
             let path = path.clone();
-            // The URI is required by the API and unused: the connector dials the socket.
-            let channel = tonic::transport::Endpoint::from_static("http://provider.invalid")
+            // The connector dials the socket; the URI gives only the `:authority`, `localhost` as kubelet's and
+            // tonic's clients send on unix sockets (a path is no valid authority: see `authority`).
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{UNIX_AUTHORITY}"))?
                 .connect_timeout(options.connect_timeout)
                 .connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
                     let path = path.clone();

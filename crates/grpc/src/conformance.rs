@@ -35,6 +35,9 @@ use mcm_driver::{
 
 use crate::{GrpcDriver, PROTOCOL_VERSION, ProviderInfo};
 
+mod initialization;
+use initialization::{StatusSeen, judge_initialization};
+
 /// How long one call of the suite may take; a call that takes longer fails its check.
 pub const CALL_TIMEOUT: Duration = Duration::from_mins(1);
 
@@ -50,6 +53,9 @@ pub const GET_MACHINE_STATUS: &str = "get-machine-status";
 pub const LIST_MACHINES: &str = "list-machines";
 /// Check: InitializeMachine initializes the VM (declared), or answers Unimplemented (not declared).
 pub const INITIALIZE_MACHINE: &str = "initialize-machine";
+/// Check: a VM whose GetMachineStatus once answered Uninitialized keeps answering it until InitializeMachine has
+/// succeeded, and answers OK after (a provider with nothing to initialise may answer OK from the start).
+pub const UNINITIALIZED_UNTIL_INITIALIZED: &str = "uninitialized-until-initialized";
 /// Check: a providerSpec missing a mandatory field is refused with InvalidArgument and a message, and makes no VM.
 pub const INVALID_PROVIDER_SPEC: &str = "invalid-provider-spec";
 /// Check: every error answered during the whole run carries a message.
@@ -66,13 +72,14 @@ pub const GENERATE_MACHINE_CLASS_FOR_MIGRATION: &str = "generate-machine-class-f
 pub const CLEANUP: &str = "cleanup";
 
 /// The names of the checks, in the order [`run`] returns them.
-pub const CHECK_NAMES: [&str; 13] = [
+pub const CHECK_NAMES: [&str; 14] = [
     IDENTITY,
     CREATE_MACHINE,
     CREATE_MACHINE_IDEMPOTENT,
-    INITIALIZE_MACHINE,
     GET_MACHINE_STATUS,
     LIST_MACHINES,
+    INITIALIZE_MACHINE,
+    UNINITIALIZED_UNTIL_INITIALIZED,
     INVALID_PROVIDER_SPEC,
     ERROR_MESSAGES,
     DELETE_MACHINE_IDEMPOTENT,
@@ -117,6 +124,14 @@ const INITIALIZE_MACHINE_REQUIREMENT: &str = concat!(
     "the \"NodeName\"; \"If the provider is unable to complete the InitializeMachine call successfully, it MUST ",
     "return a non-ok machine code in the machine status.\" Not declared: \"Provider can OPTIONALLY implement this ",
     "driver call. Else should return a UNIMPLEMENTED status in error.\""
+);
+const UNINITIALIZED_UNTIL_INITIALIZED_REQUIREMENT: &str = concat!(
+    "spec 002 section 11 GetMachineStatus: \"If the instance associated with machine exists, but the instance was ",
+    "not initialized as expected, the provider implementations of GetMachineStatus should return an error: ",
+    "status.Error(codes.Initialization)\" (machine code 17 Uninitialized); InitializeMachine: \"If the provider is ",
+    "unable to complete the InitializeMachine call successfully, it MUST return a non-ok machine code in the machine ",
+    "status.\" So a VM answered Uninitialized stays so until an InitializeMachine succeeds, and is found (OK) after; a ",
+    "provider with nothing to initialise may answer OK from the start"
 );
 const INVALID_PROVIDER_SPEC_REQUIREMENT: &str = concat!(
     "spec 000: \"The `ProviderSpec` is validated by methods that receive it as a request field for presence of all ",
@@ -267,6 +282,7 @@ pub async fn run_with_timeout(driver: &GrpcDriver, input: &Input, call_timeout: 
         info: None,
         created: None,
         errors: Mutex::new(Vec::new()),
+        statuses: Mutex::new(Vec::new()),
     };
     let mut checks = Vec::with_capacity(CHECK_NAMES.len());
 
@@ -283,13 +299,6 @@ pub async fn run_with_timeout(driver: &GrpcDriver, input: &Input, call_timeout: 
         CREATE_MACHINE_IDEMPOTENT_REQUIREMENT,
         verdict(suite.create_machine_idempotent().await),
     ));
-    // Right after creation, as the machine controller does: a provider with something to initialise answers
-    // GetMachineStatus Uninitialized until then (spec 002 section 11).
-    checks.push(check(
-        INITIALIZE_MACHINE,
-        INITIALIZE_MACHINE_REQUIREMENT,
-        verdict(suite.initialize_machine().await),
-    ));
     checks.push(check(
         GET_MACHINE_STATUS,
         GET_MACHINE_STATUS_REQUIREMENT,
@@ -299,6 +308,16 @@ pub async fn run_with_timeout(driver: &GrpcDriver, input: &Input, call_timeout: 
         LIST_MACHINES,
         LIST_MACHINES_REQUIREMENT,
         verdict(suite.list_machines().await),
+    ));
+    checks.push(check(
+        INITIALIZE_MACHINE,
+        INITIALIZE_MACHINE_REQUIREMENT,
+        verdict(suite.initialize_machine().await),
+    ));
+    checks.push(check(
+        UNINITIALIZED_UNTIL_INITIALIZED,
+        UNINITIALIZED_UNTIL_INITIALIZED_REQUIREMENT,
+        verdict(suite.uninitialized_until_initialized()),
     ));
     checks.push(check(
         INVALID_PROVIDER_SPEC,
@@ -415,6 +434,8 @@ struct Suite<'a> {
     /// The answer of the first CreateMachine of the main machine, when it succeeded.
     created: Option<CreateMachineResponse>,
     errors: Mutex<Vec<Seen>>,
+    /// The GetMachineStatus answers for the main machine, in order, for the initialization rule.
+    statuses: Mutex<Vec<StatusSeen>>,
 }
 
 impl Suite<'_> {
@@ -670,12 +691,21 @@ impl Suite<'_> {
                     return Ok(Outcome::Skipped("CreateMachine failed: no VM to find".to_owned()));
                 };
                 let name = self.name(MAIN);
+                let initialize_declared = self.declared(DriverMethod::InitializeMachine) == Some(true);
                 // Twice: "This operation MUST be idempotent."
                 for attempt in ["", " again"] {
-                    let status = self
-                        .status(MAIN)
-                        .await
-                        .map_err(|err| format!("GetMachineStatus{attempt} of machine {name}: {err}"))?;
+                    let answer = self.status(MAIN).await;
+                    self.record_status(false, &answer);
+                    let status = match answer {
+                        // Not initialized yet (spec 002 section 11): judged by uninitialized-until-initialized.
+                        Err(CallError::Driver(_, error))
+                            if error.code == MachineCode::Uninitialized && initialize_declared =>
+                        {
+                            continue;
+                        }
+                        other => other
+                            .map_err(|err| format!("GetMachineStatus{attempt} of machine {name}: {err}"))?,
+                    };
                     if status.provider_id != created.provider_id || status.node_name != created.node_name {
                         return Err(format!(
                             "GetMachineStatus{attempt} of machine {name} answered providerID {:?} and node name \
@@ -730,10 +760,20 @@ impl Suite<'_> {
                     ));
                 };
                 let name = self.name(MAIN);
+                let status_declared = self.declared(DriverMethod::GetMachineStatus) == Some(true);
+                if status_declared && self.uninitialized_seen() {
+                    // One more look before initializing: still Uninitialized?
+                    let answer = self.status(MAIN).await;
+                    self.record_status(false, &answer);
+                }
                 let initialized = self
                     .initialize(MAIN)
                     .await
                     .map_err(|err| format!("InitializeMachine of machine {name}: {err}"))?;
+                if status_declared {
+                    let answer = self.status(MAIN).await;
+                    self.record_status(true, &answer);
+                }
                 if initialized.provider_id != created.provider_id
                     || initialized.node_name != created.node_name
                 {
@@ -749,6 +789,48 @@ impl Suite<'_> {
                 Ok(Outcome::Passed)
             }
         }
+    }
+
+    fn record_status<T>(&self, initialized: bool, answer: &Result<T, CallError>) {
+        let code = match answer {
+            Ok(_) => Some(MachineCode::Ok),
+            Err(err) => err.code(),
+        };
+        self.statuses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(StatusSeen { initialized, code });
+    }
+
+    fn uninitialized_seen(&self) -> bool {
+        self.statuses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|s| s.code == Some(MachineCode::Uninitialized))
+    }
+
+    fn uninitialized_until_initialized(&self) -> Verdict {
+        if self.declared(DriverMethod::GetMachineStatus) != Some(true) {
+            return Ok(Outcome::Skipped(
+                "GetMachineStatus is not declared (or the identity is unknown)".to_owned(),
+            ));
+        }
+        if self.created.is_none() {
+            return Ok(Outcome::Skipped(
+                "CreateMachine failed: no VM to look at".to_owned(),
+            ));
+        }
+        let statuses = self
+            .statuses
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        judge_initialization(
+            &self.name(MAIN),
+            &statuses,
+            self.declared(DriverMethod::InitializeMachine) == Some(true),
+        )
     }
 
     async fn invalid_provider_spec(&self) -> Verdict {

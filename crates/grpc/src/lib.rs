@@ -8,6 +8,7 @@
 //! - [`status`]: machine codes on the wire (0-16 as gRPC codes, 17 in a status detail).
 //! - [`conformance`]: the provider conformance suite (`mcm provider test`).
 
+mod authority;
 mod client;
 pub mod conformance;
 mod convert;

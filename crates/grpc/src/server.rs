@@ -1,14 +1,16 @@
 //! `serve(driver, ...)`: any [`Driver`] as a provider gRPC server (Driver and Identity services) on a unix socket
-//! (mode 0600: only its owner may connect) or on TCP with TLS that requires client certificates.
+//! (mode 0600: only its owner may connect) or on TCP with TLS that requires client certificates. On a unix socket,
+//! clients that send the socket path as `:authority` (grpc-core, grpc-java) are served too (`authority`).
 
 use std::{future::Future, path::Path, sync::Arc};
 
 use mcm_core::Redactor;
 use mcm_driver::{Driver, DriverError, DriverMethod};
-use tokio_stream::wrappers::UnixListenerStream;
+use tokio_stream::{StreamExt as _, wrappers::UnixListenerStream};
 use tonic::{Request, Response, Status, transport::Server};
 
 use crate::{
+    authority::AuthorityFix,
     convert,
     endpoint::Endpoint,
     proto::{self, driver_server::DriverServer, identity_server::IdentityServer},
@@ -296,7 +298,10 @@ pub async fn serve(
             })?;
             tracing::info!(%endpoint, "provider serving");
             let result = add(router)
-                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), shutdown)
+                .serve_with_incoming_shutdown(
+                    UnixListenerStream::new(listener).map(|conn| conn.map(AuthorityFix::new)),
+                    shutdown,
+                )
                 .await;
             let _ = std::fs::remove_file(path);
             result?;

@@ -191,6 +191,11 @@ enum Breakage {
     InvalidSpecInternal,
     /// GetVolumeIDs never answers.
     HangingVolumeIds,
+    /// GetMachineStatus answers Uninitialized for a machine's first call, then OK without any InitializeMachine.
+    InitializedByItself,
+    /// Not broken: GetMachineStatus answers Uninitialized until InitializeMachine has succeeded (as a provider with
+    /// work to do after creation, such as the Python example).
+    NeedsInitialization,
 }
 
 /// The sim with one rule broken.
@@ -199,6 +204,10 @@ struct Broken {
     breakage: Breakage,
     /// CreateMachine calls per machine.
     creates: Mutex<BTreeMap<String, u32>>,
+    /// GetMachineStatus calls per machine.
+    statuses: Mutex<BTreeMap<String, u32>>,
+    /// The machines whose InitializeMachine succeeded.
+    initialized: Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Broken {
@@ -207,6 +216,8 @@ impl Broken {
             sim: sim.clone(),
             breakage,
             creates: Mutex::default(),
+            statuses: Mutex::default(),
+            initialized: Mutex::default(),
         }
     }
 
@@ -251,7 +262,15 @@ impl Driver for Broken {
         &self,
         request: &InitializeMachineRequest,
     ) -> Result<InitializeMachineResponse, DriverError> {
-        self.sim.initialize_machine(request).await
+        let answer = self.sim.initialize_machine(request).await;
+        if answer.is_ok() {
+            let name = request.machine.metadata.name.clone().unwrap_or_default();
+            self.initialized
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(name);
+        }
+        answer
     }
 
     async fn delete_machine(
@@ -272,6 +291,29 @@ impl Driver for Broken {
         request: &GetMachineStatusRequest,
     ) -> Result<GetMachineStatusResponse, DriverError> {
         let answer = self.sim.get_machine_status(request).await;
+        let name = request.machine.metadata.name.clone().unwrap_or_default();
+        let calls = {
+            let mut per_machine = self.statuses.lock().unwrap_or_else(PoisonError::into_inner);
+            let count = per_machine.entry(name.clone()).or_default();
+            *count += 1;
+            *count
+        };
+        let initialized = self
+            .initialized
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&name);
+        let uninitialized = match self.breakage {
+            Breakage::InitializedByItself => calls == 1,
+            Breakage::NeedsInitialization => !initialized,
+            _ => false,
+        };
+        if uninitialized && answer.is_ok() {
+            return Err(DriverError::new(
+                MachineCode::Uninitialized,
+                format!("VM of machine {name} is not initialized yet"),
+            ));
+        }
         match answer {
             Err(error)
                 if self.breakage == Breakage::SilentNotFound && error.code == MachineCode::NotFound =>
@@ -363,6 +405,38 @@ async fn the_sim_provider_passes_every_check() {
     // The sim was asked for everything: creation, the refused creations, deletion.
     let calls = sim.faults().calls(DriverMethod::CreateMachine);
     assert_eq!(calls, 4, "create, repeat, and two invalid providerSpecs");
+}
+
+#[tokio::test]
+async fn a_provider_answering_uninitialized_until_initialized_passes_every_check() {
+    let sim = SimDriver::new(SimConfig::default());
+    let provider = Broken::new(&sim, Breakage::NeedsInitialization);
+    let info = provider.info();
+    let served = Served::start(Arc::new(provider), info).await;
+    let checks = served.run().await;
+    served.stop().await;
+    assert_eq!(failed(&checks), Vec::<&str>::new());
+    assert_eq!(
+        outcome(&checks, conformance::UNINITIALIZED_UNTIL_INITIALIZED),
+        &Outcome::Passed
+    );
+    assert_eq!(sim.vms(), Vec::new(), "the suite deleted every VM it made");
+}
+
+#[tokio::test]
+async fn a_vm_that_turns_ok_without_initialize_machine_fails_the_initialization_rule() {
+    let checks = run_broken(
+        Breakage::InitializedByItself,
+        conformance::UNINITIALIZED_UNTIL_INITIALIZED,
+    )
+    .await;
+    let detail = failure(&checks, conformance::UNINITIALIZED_UNTIL_INITIALIZED);
+    assert!(
+        detail.contains(
+            "answered Uninitialized (answer 1), then OK (answer 2) before any InitializeMachine had succeeded"
+        ),
+        "{detail}"
+    );
 }
 
 #[tokio::test]

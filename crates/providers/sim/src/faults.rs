@@ -125,6 +125,18 @@ impl Fault {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FaultId(u64);
 
+impl FaultId {
+    /// The number that names the fault outside the process (`mcm provider sim serve --control-address`).
+    pub fn number(self) -> u64 {
+        self.0
+    }
+
+    /// The fault of that number (one that was never injected, or was removed, is simply not found).
+    pub fn from_number(number: u64) -> Self {
+        Self(number)
+    }
+}
+
 /// The latency of a method's calls, slept with `tokio::time::sleep` before the call acts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Latency {
