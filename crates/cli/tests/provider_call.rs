@@ -344,6 +344,8 @@ fn faults_injected_through_the_control_endpoint_reach_calls_and_clear() {
         r#"{"method":"GetMachineStatus","latency":"0s"}"#,
     );
     assert_eq!(status, 200);
+    // The sim's VMs are uninitialized until InitializeMachine succeeds.
+    provider.call_ok(&["init", "--machine", "vm-a"]);
     let answer = provider.call_ok(&["status", "--machine", "vm-a"]);
     assert!(answer.contains("vm-a"), "{answer}");
 

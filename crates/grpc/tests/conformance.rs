@@ -212,6 +212,13 @@ struct Broken {
 
 impl Broken {
     fn new(sim: &SimDriver, breakage: Breakage) -> Self {
+        // The sim answers Uninitialized until initialized by itself; these two play the rule their own way.
+        if matches!(
+            breakage,
+            Breakage::InitializedByItself | Breakage::NeedsInitialization
+        ) {
+            sim.faults().hide_uninitialized(true);
+        }
         Self {
             sim: sim.clone(),
             breakage,
