@@ -15,6 +15,7 @@ pub mod error;
 pub mod gc;
 pub mod hooks;
 pub mod limits;
+pub mod listener;
 pub mod metadata;
 pub mod naming;
 pub mod nodelifecycle;
