@@ -126,6 +126,7 @@ pub struct ApiServer {
     hooks: Arc<crate::hooks::Hooks>,
     requests: Arc<crate::requests::RequestCounts>,
     connections: Arc<ConnectionStats>,
+    state: AppState,
     url: String,
     kubeconfig: PathBuf,
     store: Arc<Store>,
@@ -219,7 +220,7 @@ impl ApiServer {
         tasks.spawn(crate::listener::accept_loop(
             listener,
             tls,
-            state,
+            state.clone(),
             limits,
             Arc::clone(&connections),
             shutdown_rx.clone(),
@@ -230,6 +231,7 @@ impl ApiServer {
             hooks,
             requests,
             connections,
+            state,
             url,
             kubeconfig,
             store,
@@ -256,6 +258,22 @@ impl ApiServer {
     /// The requests counted per user, verb and resource.
     pub fn requests(&self) -> &Arc<crate::requests::RequestCounts> {
         &self.requests
+    }
+
+    /// Serves one request in process as the listener serves a request on a connection that presented the admin's
+    /// client certificate (an Authorization header, when there is one, authenticates instead): the same head
+    /// limits, routing, authentication and handlers, without TLS or a socket. For the fuzz targets.
+    pub async fn serve_in_process(
+        &self,
+        mut request: http::Request<axum::body::Body>,
+    ) -> http::Response<axum::body::Body> {
+        request
+            .extensions_mut()
+            .insert(auth::ClientCertificateUser(auth::User {
+                name: "admin".into(),
+                groups: vec![auth::ADMIN_GROUP.into()],
+            }));
+        crate::rest::handle(self.state.clone(), request).await
     }
 
     /// The connection counts of the listener (open, peak, TLS handshake timeouts).
