@@ -91,7 +91,9 @@ pub async fn accept_loop(
     counts: Arc<ConnectionStats>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let slots = Arc::new(Semaphore::new(
+        limits.max_connections.clamp(1, Semaphore::MAX_PERMITS),
+    ));
     let mut connections = JoinSet::new();
     let mut backoff = FIRST_ACCEPT_BACKOFF;
     loop {
