@@ -73,6 +73,12 @@ pub enum ApiError {
     /// 415: the body's media type is not accepted here.
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// 414: the request line is longer than the server reads ([`crate::limits`]).
+    #[error("{0}")]
+    UriTooLong(String),
+    /// 431: the request's header fields are larger than the server reads ([`crate::limits`]).
+    #[error("{0}")]
+    HeadersTooLarge(String),
     /// 429: try again later.
     #[error("{0}")]
     TooManyRequests(String, Option<u32>, Vec<Cause>),
@@ -149,6 +155,12 @@ impl ApiError {
 
     /// 422 with every cause; the message lists them as kubectl shows them.
     pub fn invalid(def: &ResourceDef, name: &str, causes: Vec<Cause>) -> Self {
+        Self::invalid_kind(&def.group, &def.kind, name, causes)
+    }
+
+    /// 422 about an object of any group and kind, such as the `meta.k8s.io` request options (`ListOptions`,
+    /// `CreateOptions`) kube-apiserver validates before the verb runs.
+    pub fn invalid_kind(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
         let list: Vec<String> = causes
             .iter()
             .map(|c| {
@@ -164,17 +176,17 @@ impl ApiError {
         } else {
             format!("[{}]", list.join(", "))
         };
-        let qualified = if def.group.is_empty() {
-            def.kind.clone()
+        let qualified = if group.is_empty() {
+            kind.to_owned()
         } else {
-            format!("{}.{}", def.kind, def.group)
+            format!("{kind}.{group}")
         };
         Self::Invalid(
             subject(
                 format!("{qualified} \"{name}\" is invalid: {joined}"),
                 name,
-                &def.group,
-                &def.kind,
+                group,
+                kind,
             ),
             causes,
         )
@@ -194,6 +206,8 @@ impl ApiError {
             Self::Expired(_) => StatusCode::GONE,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::UriTooLong(_) => StatusCode::URI_TOO_LONG,
+            Self::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::TooManyRequests(..) => StatusCode::TOO_MANY_REQUESTS,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Injected(code, _) => {
@@ -217,6 +231,10 @@ impl ApiError {
             Self::Expired(_) => "Expired",
             Self::TooLarge(_) => "RequestEntityTooLarge",
             Self::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            // metav1 has no reason for these two (kube-apiserver's Go HTTP server answers them as bare text before
+            // any handler runs); the HTTP reason phrases say what happened.
+            Self::UriTooLong(_) => "RequestURITooLong",
+            Self::HeadersTooLarge(_) => "RequestHeaderFieldsTooLarge",
             Self::TooManyRequests(..) => "TooManyRequests",
             Self::Internal(_) => "InternalError",
             Self::Injected(code, _) => match code {

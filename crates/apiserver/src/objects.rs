@@ -181,26 +181,6 @@ fn name_of(object: &Value) -> &str {
     object["metadata"]["name"].as_str().unwrap_or_default()
 }
 
-fn check_type_meta(def: &ResourceDef, object: &Value) -> Result<(), ApiError> {
-    if let Some(api_version) = object.get("apiVersion").and_then(Value::as_str)
-        && api_version != def.api_version()
-    {
-        return Err(ApiError::BadRequest(format!(
-            "the API version in the data ({api_version}) does not match the expected API version ({})",
-            def.api_version()
-        )));
-    }
-    if let Some(kind) = object.get("kind").and_then(Value::as_str)
-        && kind != def.kind
-    {
-        return Err(ApiError::BadRequest(format!(
-            "the kind in the data ({kind}) does not match the expected kind ({})",
-            def.kind
-        )));
-    }
-    Ok(())
-}
-
 /// Puts the request's namespace on the object (refusing a different one) and removes it for cluster-scoped kinds.
 fn place_in_namespace(ctx: &Context, object: &mut Value) -> Result<(), ApiError> {
     let meta = meta_mut(object);
@@ -257,29 +237,14 @@ fn validate_fields(ctx: &Context, object: &mut Value, warnings: &mut Vec<String>
     Ok(())
 }
 
-fn validate_name(ctx: &Context, name: &str) -> Result<(), ApiError> {
-    let result = if ctx.def.kind == "Namespace" {
-        if name.len() <= 63 && !name.contains('.') {
-            mcm_api::validation::check_dns1123_subdomain(name)
-        } else {
-            Err("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start \
-                 and end with an alphanumeric character"
-                .into())
-        }
+/// 422 for metadata kube-apiserver refuses: name, generateName, labels, annotations ([`crate::metadata`]).
+fn validate_meta(ctx: &Context, object: &Value) -> Result<(), ApiError> {
+    let causes = crate::metadata::validate(&ctx.def, object);
+    if causes.is_empty() {
+        Ok(())
     } else {
-        mcm_api::validation::check_dns1123_subdomain(name)
-    };
-    result.map_err(|reason| {
-        ApiError::invalid(
-            &ctx.def,
-            name,
-            vec![Cause {
-                reason: "FieldValueInvalid",
-                message: format!("Invalid value: \"{name}\": {reason}"),
-                field: "metadata.name".into(),
-            }],
-        )
-    })
+        Err(ApiError::invalid(&ctx.def, name_of(object), causes))
+    }
 }
 
 /// Moves Secret `stringData` into `data` (base64), as the API server does on every write.
@@ -328,7 +293,7 @@ fn check_namespace(store: &Store, ctx: &Context) -> Result<(), ApiError> {
 /// Creates an object.
 pub fn create(store: &Store, ctx: &Context, mut object: Value) -> Result<Outcome, ApiError> {
     let mut warnings = Vec::new();
-    check_type_meta(&ctx.def, &object)?;
+    crate::metadata::check_type_meta(&ctx.def, &object)?;
     place_in_namespace(ctx, &mut object)?;
     let meta = meta_mut(&mut object);
     if meta
@@ -347,7 +312,7 @@ pub fn create(store: &Store, ctx: &Context, mut object: Value) -> Result<Outcome
             .and_then(Value::as_str)
             .filter(|n| !n.is_empty())
         {
-            Some(prefix) => format!("{prefix}{}", random_suffix()),
+            Some(prefix) => crate::metadata::generated_name(prefix, &random_suffix()),
             None => {
                 return Err(ApiError::invalid(
                     &ctx.def,
@@ -362,7 +327,7 @@ pub fn create(store: &Store, ctx: &Context, mut object: Value) -> Result<Outcome
         },
     };
     meta.insert("name".into(), json!(name));
-    validate_name(ctx, &name)?;
+    validate_meta(ctx, &object)?;
     validate_fields(ctx, &mut object, &mut warnings)?;
     crate::admission::admit(ctx, None, &object)?;
     fold_string_data(ctx, &mut object);
@@ -568,7 +533,7 @@ fn outcome(stored: Option<Arc<Value>>, warnings: Vec<String>) -> Outcome {
 /// resources require it, as on a real server.
 pub fn update(store: &Store, ctx: &Context, name: &str, mut object: Value) -> Result<Outcome, ApiError> {
     let mut warnings = Vec::new();
-    check_type_meta(&ctx.def, &object)?;
+    crate::metadata::check_type_meta(&ctx.def, &object)?;
     match object["metadata"]["name"].as_str() {
         Some(body_name) if !body_name.is_empty() && body_name != name => {
             return Err(ApiError::BadRequest(format!(
@@ -596,6 +561,7 @@ pub fn update(store: &Store, ctx: &Context, name: &str, mut object: Value) -> Re
     fold_string_data(ctx, &mut object);
     let (stored, _) = store.mutate(&resource_id(&ctx.def), &ctx.namespace, name, |current| {
         let current = current.ok_or_else(|| ApiError::not_found(&ctx.def, name))?;
+        validate_meta(ctx, &object)?;
         check_resource_version(ctx, current, requested_rv.as_deref())?;
         check_immutable(ctx, current, &object)?;
         keep_server_fields(&ctx.def, current, &mut object, true);
@@ -613,7 +579,7 @@ pub fn update_status(
     mut object: Value,
 ) -> Result<Outcome, ApiError> {
     let mut warnings = Vec::new();
-    check_type_meta(&ctx.def, &object)?;
+    crate::metadata::check_type_meta(&ctx.def, &object)?;
     validate_fields(ctx, &mut object, &mut warnings)?;
     let requested_rv = object["metadata"]["resourceVersion"].as_str().map(str::to_owned);
     let (stored, _) = store.mutate(&resource_id(&ctx.def), &ctx.namespace, name, |current| {
@@ -725,6 +691,7 @@ pub fn patch(
             None => {
                 let mut patched = apply_patch(ctx, patch_type, &ctx.def.kind, current, body)?;
                 check_resource_version(ctx, current, patched["metadata"]["resourceVersion"].as_str())?;
+                validate_meta(ctx, &patched)?;
                 validate_fields(ctx, &mut patched, &mut warnings)?;
                 fold_string_data(ctx, &mut patched);
                 check_immutable(ctx, current, &patched)?;

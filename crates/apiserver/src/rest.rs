@@ -15,6 +15,7 @@ use crate::{
     error::{ApiError, success_status},
     objects::{self, FieldValidation, Outcome},
     openapi::LiveOpenApi,
+    options,
     registry::{Registry, ResourceDef, SharedRegistry},
     selectors::{FieldSelector, LabelSelector},
     store::Store,
@@ -59,7 +60,8 @@ pub struct AppState {
 pub struct Query(BTreeMap<String, String>);
 
 impl Query {
-    fn parse(query: Option<&str>) -> Self {
+    /// Parses a query string (`a=1&b=2`, percent-decoded); a repeated parameter keeps its last value.
+    pub fn parse(query: Option<&str>) -> Self {
         Self(
             form_urlencoded::parse(query.unwrap_or_default().as_bytes())
                 .into_owned()
@@ -185,7 +187,7 @@ pub fn error_response(err: &ApiError) -> Response<Body> {
     {
         response.headers_mut().insert(header::RETRY_AFTER, value);
     }
-    if let ApiError::TooLarge(_) = err {
+    if let ApiError::TooLarge(_) | ApiError::UriTooLong(_) | ApiError::HeadersTooLarge(_) = err {
         // The rest of the body is never read, so the connection cannot carry another request: say so (RFC 9112
         // 9.6, as Go's net/http does), lest the client reuse it and its next request fail.
         response
@@ -272,7 +274,11 @@ fn resource_target(registry: &Registry, group: &str, version: &str, rest: &[&str
 /// Serves one request.
 pub async fn handle(state: AppState, request: Request<Body>) -> Response<Body> {
     let (parts, body) = request.into_parts();
-    match serve(&state, &parts, body).await {
+    let served = match crate::limits::check_head(&parts) {
+        Ok(()) => serve(&state, &parts, body).await,
+        Err(err) => Err(err),
+    };
+    match served {
         Ok(response) => response,
         Err(err) => {
             tracing::debug!(method = %parts.method, path = %parts.uri.path(), code = err.code().as_u16(), "request failed");
@@ -516,34 +522,18 @@ async fn read_body(mut body: Body) -> Result<Bytes, ApiError> {
     Ok(kept.freeze())
 }
 
-/// Decodes a create or update body (JSON, or YAML when the Content-Type says so; JSON when there is none, as
-/// kubectl's scale client sends).
+/// Decodes a create or update body as its Content-Type says ([`options::body_format`]: JSON when there is none,
+/// as kubectl's scale client sends).
 fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
-    let content_type = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/json");
-    let base = content_type
-        .split(';')
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
-    let value: Value = match base.as_str() {
-        "application/json" | "" => serde_json::from_slice(body)
+    let value: Value = match options::body_format(headers)? {
+        options::BodyFormat::Json => serde_json::from_slice(body)
             .map_err(|err| ApiError::BadRequest(format!("error decoding the request body as JSON: {err}")))?,
-        "application/yaml" | "application/x-yaml" | "text/yaml" => {
+        options::BodyFormat::Yaml => {
             let text = std::str::from_utf8(body)
                 .map_err(|_| ApiError::BadRequest("the YAML body is not UTF-8".into()))?;
             serde_saphyr::from_str(text).map_err(|err| {
                 ApiError::BadRequest(format!("error decoding the request body as YAML: {err}"))
             })?
-        }
-        other => {
-            return Err(ApiError::UnsupportedMediaType(format!(
-                "the body of the request was in an unknown format ({other}) - accepted media types include: \
-                 application/json, application/yaml"
-            )));
         }
     };
     if !value.is_object() {
@@ -600,6 +590,7 @@ impl ResourceRequest<'_> {
             }
             None => {}
         }
+        self.check_options(method)?;
         match (method, &self.name) {
             (&Method::GET, None) if self.query.flag("watch") => self.watch(),
             (&Method::GET, None) => self.list(),
@@ -628,6 +619,22 @@ impl ResourceRequest<'_> {
                 "the server does not allow this method on the requested resource ({method} {})",
                 self.def.group_resource()
             ))),
+        }
+    }
+
+    /// The query parameters kube-apiserver checks before the verb runs ([`options`]).
+    fn check_options(&self, method: &Method) -> Result<(), ApiError> {
+        match *method {
+            Method::GET => {
+                if self.name.is_none() {
+                    options::check_list_options(&self.query, self.query.flag("watch"))?;
+                }
+                options::check_resource_version(&self.query)
+            }
+            Method::POST => options::check_field_manager("CreateOptions", &self.query),
+            Method::PUT => options::check_field_manager("UpdateOptions", &self.query),
+            Method::PATCH => options::check_field_manager("PatchOptions", &self.query),
+            _ => Ok(()),
         }
     }
 

@@ -12,6 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
+use crate::naming;
+
 /// Why a label or field selector was refused; the messages follow the wording of Kubernetes.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SelectorError {
@@ -36,11 +38,6 @@ pub enum SelectorError {
     #[error("invalid field selector: invalid escape sequence: {0}")]
     InvalidEscape(String),
 }
-
-/// The longest label name (and label value), as Kubernetes allows.
-const MAX_NAME_LENGTH: usize = 63;
-/// The longest DNS subdomain, the optional prefix of a label key.
-const MAX_PREFIX_LENGTH: usize = 253;
 
 /// How one label requirement compares the label value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -371,85 +368,9 @@ impl LabelParser {
     }
 }
 
-/// True for the characters of a label name or value: `[A-Za-z0-9._-]`.
-fn is_name_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')
-}
-
-/// Checks `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, the shape of a label name and a non-empty label value.
-fn is_qualified_name_part(text: &str) -> bool {
-    let starts = text.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
-    let ends = text
-        .chars()
-        .next_back()
-        .is_some_and(|c| c.is_ascii_alphanumeric());
-    starts && ends && text.chars().all(is_name_char)
-}
-
-/// Checks a DNS-1123 subdomain: dot-separated lowercase labels of `[a-z0-9-]`, alphanumeric at both ends.
-fn is_dns_subdomain(text: &str) -> bool {
-    text.len() <= MAX_PREFIX_LENGTH
-        && text.split('.').all(|label| {
-            let starts = label
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-            let ends = label
-                .chars()
-                .next_back()
-                .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-            starts
-                && ends
-                && label
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-        })
-}
-
-const NAME_PART_SHAPE: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must \
-                               start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or \
-                               '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
-
-/// Validates a label key as Kubernetes `IsQualifiedName` does; the error names the key.
+/// Validates a label key as Kubernetes `IsQualifiedName` does ([`naming::qualified_name`]); the error names the key.
 fn validate_label_key(key: &str) -> Result<(), String> {
-    let mut problems = Vec::new();
-    let (prefix, name) = match key.split_once('/') {
-        Some((prefix, name)) => (Some(prefix), name),
-        None => (None, key),
-    };
-    if name.contains('/') {
-        problems.push(
-            "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and \
-             end with an alphanumeric character with an optional DNS subdomain prefix and '/' (e.g. \
-             'example.com/MyName')"
-                .to_owned(),
-        );
-    } else {
-        if let Some(prefix) = prefix {
-            if prefix.is_empty() {
-                problems.push("prefix part must be non-empty".to_owned());
-            } else if !is_dns_subdomain(prefix) {
-                problems.push(
-                    "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric \
-                     characters, '-' or '.', and must start and end with an alphanumeric character (e.g. \
-                     'example.com')"
-                        .to_owned(),
-                );
-            }
-        }
-        if name.is_empty() {
-            problems.push("name part must be non-empty".to_owned());
-        } else {
-            if name.len() > MAX_NAME_LENGTH {
-                problems.push(format!(
-                    "name part must be no more than {MAX_NAME_LENGTH} characters"
-                ));
-            }
-            if !is_qualified_name_part(name) {
-                problems.push(NAME_PART_SHAPE.to_owned());
-            }
-        }
-    }
+    let problems = naming::qualified_name(key);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -457,23 +378,10 @@ fn validate_label_key(key: &str) -> Result<(), String> {
     }
 }
 
-/// Validates a label value as Kubernetes `IsValidLabelValue` does; the error names the key and the value.
+/// Validates a label value as Kubernetes `IsValidLabelValue` does ([`naming::label_value`]); the error names the
+/// key and the value.
 fn validate_label_value(key: &str, index: usize, value: &str) -> Result<(), String> {
-    if value.is_empty() {
-        return Ok(());
-    }
-    let mut problems = Vec::new();
-    if value.len() > MAX_NAME_LENGTH {
-        problems.push(format!("must be no more than {MAX_NAME_LENGTH} characters"));
-    }
-    if !is_qualified_name_part(value) {
-        problems.push(
-            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', \
-             and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or \
-             '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
-                .to_owned(),
-        );
-    }
+    let problems = naming::label_value(value);
     if problems.is_empty() {
         Ok(())
     } else {

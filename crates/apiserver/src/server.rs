@@ -2,26 +2,22 @@
 //! TLS listener serving HTTP/1.1 and HTTP/2, and the background duties (emptying deleted namespaces).
 
 use std::{
-    convert::Infallible,
     net::{IpAddr, Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
     sync::Arc,
     time::Duration,
 };
 
-use axum::body::Body;
-use hyper_util::{
-    rt::{TokioExecutor, TokioIo},
-    server::conn::auto,
-};
 use tokio::{net::TcpListener, sync::watch, task::JoinSet};
 
 use crate::{
-    auth, objects,
+    auth,
+    listener::{ConnectionStats, ListenerLimits},
+    objects,
     openapi::LiveOpenApi,
     pki::{self, Pki},
     registry::{Registry, SharedRegistry},
-    rest::{self, AdminToken, AppState},
+    rest::{AdminToken, AppState},
     store::Store,
 };
 
@@ -58,6 +54,14 @@ pub struct Config {
     /// Refuse invalid Machines, MachineSets, MachineDeployments and MachineClasses with 422 ([`crate::admission`]);
     /// on by default. Tests turn it off to store invalid objects, as a cluster without the admission policy would.
     pub machine_admission: bool,
+    /// A connection that has not completed its TLS handshake this long after it was accepted is closed
+    /// ([`crate::listener`]). 10 s by default: a handshake takes milliseconds, and 10 s is the usual client-side
+    /// handshake timeout (Go's `http.Transport`); kube-apiserver's Go server allows 32 s (its ReadHeaderTimeout).
+    pub tls_handshake_timeout: Duration,
+    /// At most this many connections are open at once; more wait to be accepted ([`crate::listener`]). 2048 by
+    /// default: well above what the controllers, node agents and kubectl of a large cluster hold, and under the
+    /// usual open-files limit of a service.
+    pub max_connections: usize,
 }
 
 impl Config {
@@ -78,6 +82,8 @@ impl Config {
             failure: None,
             token_auth_file: None,
             machine_admission: true,
+            tls_handshake_timeout: Duration::from_secs(10),
+            max_connections: 2048,
         }
     }
 }
@@ -119,6 +125,8 @@ pub enum ServerError {
 pub struct ApiServer {
     hooks: Arc<crate::hooks::Hooks>,
     requests: Arc<crate::requests::RequestCounts>,
+    connections: Arc<ConnectionStats>,
+    state: AppState,
     url: String,
     kubeconfig: PathBuf,
     store: Arc<Store>,
@@ -138,6 +146,7 @@ impl ApiServer {
     /// Starts the server: prepares the data directory, opens the store, binds the port and serves in the
     /// background until [`ApiServer::shutdown`].
     pub async fn start(config: Config) -> Result<Self, ServerError> {
+        let limits = listener_limits(&config)?;
         let dir = &config.data_dir;
         let io_err = |source| ServerError::DataDir {
             path: dir.clone(),
@@ -207,12 +216,22 @@ impl ApiServer {
         };
         let tls = tokio_rustls::TlsAcceptor::from(Arc::new(pki.server_config()?));
         let mut tasks = JoinSet::new();
-        tasks.spawn(accept_loop(listener, tls, state, shutdown_rx.clone()));
+        let connections = Arc::new(ConnectionStats::default());
+        tasks.spawn(crate::listener::accept_loop(
+            listener,
+            tls,
+            state.clone(),
+            limits,
+            Arc::clone(&connections),
+            shutdown_rx.clone(),
+        ));
         spawn_controllers(&mut tasks, &store, &registry, &config, &shutdown_rx);
         tracing::info!(url = %url, kubeconfig = %kubeconfig.display(), "API server listening");
         Ok(Self {
             hooks,
             requests,
+            connections,
+            state,
             url,
             kubeconfig,
             store,
@@ -241,6 +260,27 @@ impl ApiServer {
         &self.requests
     }
 
+    /// Serves one request in process as the listener serves a request on a connection that presented the admin's
+    /// client certificate (an Authorization header, when there is one, authenticates instead): the same head
+    /// limits, routing, authentication and handlers, without TLS or a socket. For the fuzz targets.
+    pub async fn serve_in_process(
+        &self,
+        mut request: http::Request<axum::body::Body>,
+    ) -> http::Response<axum::body::Body> {
+        request
+            .extensions_mut()
+            .insert(auth::ClientCertificateUser(auth::User {
+                name: "admin".into(),
+                groups: vec![auth::ADMIN_GROUP.into()],
+            }));
+        crate::rest::handle(self.state.clone(), request).await
+    }
+
+    /// The connection counts of the listener (open, peak, TLS handshake timeouts).
+    pub fn connections(&self) -> &Arc<ConnectionStats> {
+        &self.connections
+    }
+
     /// The test hooks (watch delay, injected failures), to change at run time.
     pub fn hooks(&self) -> &Arc<crate::hooks::Hooks> {
         &self.hooks
@@ -252,6 +292,25 @@ impl ApiServer {
         while self.tasks.join_next().await.is_some() {}
         tracing::info!(url = %self.url, "API server stopped");
     }
+}
+
+/// The listener's limits of a configuration; a zero timeout or limit would refuse every connection.
+fn listener_limits(config: &Config) -> Result<ListenerLimits, ServerError> {
+    if config.tls_handshake_timeout.is_zero() {
+        return Err(ServerError::Init(
+            "the TLS handshake timeout must be more than 0s: no connection could complete its handshake"
+                .into(),
+        ));
+    }
+    if config.max_connections == 0 {
+        return Err(ServerError::Init(
+            "the connection limit must be at least 1: no connection could be accepted".into(),
+        ));
+    }
+    Ok(ListenerLimits {
+        tls_handshake_timeout: config.tls_handshake_timeout,
+        max_connections: config.max_connections,
+    })
 }
 
 /// The background duties: what kube-controller-manager and the apiextensions controllers would do.
@@ -309,64 +368,6 @@ fn authenticators(
     }
     chain.push(Box::new(auth::BootstrapTokens::new(Arc::clone(store))));
     auth::Authenticators(chain)
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    tls: tokio_rustls::TlsAcceptor,
-    state: AppState,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let Ok((stream, peer)) = accepted else { continue };
-                let tls = tls.clone();
-                let state = state.clone();
-                connections.spawn(async move {
-                    let stream = match tls.accept(stream).await {
-                        Ok(stream) => stream,
-                        Err(err) => {
-                            tracing::debug!(%peer, error = %err, "TLS handshake failed");
-                            return;
-                        }
-                    };
-                    // A client certificate the CA signed (the handshake verified it) authenticates every request
-                    // of the connection that carries no bearer token.
-                    let certificate_user = stream
-                        .get_ref()
-                        .1
-                        .peer_certificates()
-                        .and_then(<[_]>::first)
-                        .and_then(|leaf| auth::user_from_certificate(leaf))
-                        .map(auth::ClientCertificateUser);
-                    let service = hyper::service::service_fn(move |mut request: http::Request<hyper::body::Incoming>| {
-                        let state = state.clone();
-                        if let Some(user) = &certificate_user {
-                            request.extensions_mut().insert(user.clone());
-                        }
-                        async move { Ok::<_, Infallible>(rest::handle(state, request.map(Body::new)).await) }
-                    });
-                    if let Err(err) = auto::Builder::new(TokioExecutor::new())
-                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
-                        .await
-                    {
-                        tracing::debug!(%peer, error = %err, "connection ended with an error");
-                    }
-                });
-            }
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            _ = shutdown.changed() => break,
-        }
-    }
-    // Give responses in flight a moment, then cut what remains (idle keep-alive connections, open watches).
-    let _ = tokio::time::timeout(Duration::from_millis(200), async {
-        while connections.join_next().await.is_some() {}
-    })
-    .await;
-    connections.abort_all();
-    while connections.join_next().await.is_some() {}
 }
 
 /// What kube-controller-manager would do besides namespaces: the node lifecycle, pod grace periods and

@@ -117,6 +117,12 @@ struct ApiserverArgs {
     /// How often nodes, pod grace periods and PodDisruptionBudget statuses are checked.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     node_monitor_period: Duration,
+    /// A connection that has not completed its TLS handshake this long after it was accepted is closed.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    tls_handshake_timeout: Duration,
+    /// At most this many connections are open at once; more wait in the accept backlog until one ends.
+    #[arg(long, default_value_t = 2048, value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: u64,
     /// Test hook: deliver every watch event this much after its commit, to test controllers against a lagging
     /// cache. Off (0s) by default.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
@@ -300,6 +306,8 @@ async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     config.node_monitor_grace_period = args.node_monitor_grace_period;
     config.node_monitor_period = args.node_monitor_period;
     config.gc_interval = args.gc_interval;
+    config.tls_handshake_timeout = args.tls_handshake_timeout;
+    config.max_connections = usize::try_from(args.max_connections).unwrap_or(usize::MAX);
     config.token_auth_file = args.token_auth_file;
     config.watch_delay = args.test_watch_delay;
     config.failure = (args.test_fail_share > 0.0).then_some(mcm_apiserver::hooks::Failure {

@@ -7,6 +7,7 @@
 //! - [`ProviderEnv`]: the `MC_` environment variables a provider reads.
 //! - [`status`]: machine codes on the wire (0-16 as gRPC codes, 17 in a status detail).
 //! - [`conformance`]: the provider conformance suite (`mcm provider test`).
+//! - [`fuzzing`]: the wire decoding the fuzz targets exercise.
 
 mod authority;
 mod client;
@@ -14,6 +15,7 @@ pub mod conformance;
 mod convert;
 mod endpoint;
 pub mod env;
+pub mod fuzzing;
 mod server;
 pub mod status;
 mod tls;

@@ -65,7 +65,7 @@ struct IdentityService {
     info: ProviderInfo,
 }
 
-fn machine_name(request: &proto::MachineRequest) -> String {
+pub(crate) fn machine_name(request: &proto::MachineRequest) -> String {
     serde_json::from_slice::<serde_json::Value>(&request.machine)
         .ok()
         .and_then(|m| {
@@ -78,7 +78,7 @@ fn machine_name(request: &proto::MachineRequest) -> String {
 
 /// What removes the request's secret values from the provider's message before it is logged: a provider may quote
 /// its request (several cloud APIs do). Empty when the request carries no secret.
-fn redactor_of(secret: &[u8]) -> Redactor {
+pub(crate) fn redactor_of(secret: &[u8]) -> Redactor {
     serde_json::from_slice::<k8s_openapi::api::core::v1::Secret>(secret)
         .ok()
         .and_then(|secret| secret.data)
