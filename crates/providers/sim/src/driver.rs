@@ -44,6 +44,11 @@ pub struct SimConfig {
     pub method_latency: BTreeMap<DriverMethod, Latency>,
     /// Seed of the RNG behind [`Latency::Range`] and [`crate::Target::Random`] (default 0).
     pub seed: u64,
+    /// Whether a new VM needs InitializeMachine: until one succeeds for it, GetMachineStatus answers `Uninitialized`
+    /// (spec 002 section 11), as a provider whose VMs need post-create initialization does (the AWS provider for
+    /// source/destination checks and IPv6 prefixes). Default false: only a failed InitializeMachine leaves a VM
+    /// uninitialized.
+    pub initialization_required: bool,
 }
 
 impl Default for SimConfig {
@@ -52,6 +57,7 @@ impl Default for SimConfig {
             latency: Latency::None,
             method_latency: BTreeMap::new(),
             seed: 0,
+            initialization_required: false,
         }
     }
 }
@@ -126,6 +132,9 @@ pub struct Vm {
     pub created_at: jiff::Timestamp,
     /// The VM's internal IP address (10.0.0.0/8, one per VM).
     pub internal_ip: String,
+    /// Whether an InitializeMachine for the VM has succeeded (spec 002 section 11: the controller initializes every
+    /// VM it creates; the crash tests check that none is left out).
+    pub initialized: bool,
     /// Order of creation, unique per driver.
     pub(crate) id: u64,
     /// When the VM was created, on the monotonic clock (for the kubelet's boot delay).
@@ -161,6 +170,8 @@ pub(crate) struct State {
     /// VMs (by id) whose InitializeMachine answered `Uninitialized`: GetMachineStatus answers `Uninitialized` for
     /// them until an InitializeMachine succeeds (spec 002 section 11).
     pub(crate) uninitialized: std::collections::BTreeSet<u64>,
+    /// [`SimConfig::initialization_required`].
+    initialization_required: bool,
     pub(crate) default_latency: Latency,
     pub(crate) method_latency: BTreeMap<DriverMethod, Latency>,
     pub(crate) node_faults: BTreeMap<String, NodeFaults>,
@@ -316,6 +327,7 @@ impl SimDriver {
             calls_by_machine: BTreeMap::new(),
             call_log: BTreeMap::new(),
             uninitialized: std::collections::BTreeSet::new(),
+            initialization_required: config.initialization_required,
             default_latency: config.latency,
             method_latency: config.method_latency,
             node_faults: BTreeMap::new(),
@@ -464,9 +476,13 @@ impl Driver for SimDriver {
                 user_data: UserData::of(&request.secret),
                 created_at: jiff::Timestamp::now(),
                 internal_ip: String::new(),
+                initialized: false,
                 id: 0,
                 created: Instant::now(),
             });
+            if state.initialization_required {
+                state.uninitialized.insert(vm.id);
+            }
             tracing::debug!(provider_id = vm.provider_id, "sim VM created");
             (Ok(response(&vm)), true)
         })
@@ -497,6 +513,9 @@ impl Driver for SimDriver {
                 });
                 let result = result.map(|(id, response)| {
                     state.uninitialized.remove(&id);
+                    if let Some(vm) = state.vms.get_mut(&id) {
+                        vm.initialized = true;
+                    }
                     response
                 });
                 (result, false)

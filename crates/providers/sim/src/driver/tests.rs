@@ -665,6 +665,7 @@ async fn a_configured_latency_delays_each_call_of_its_method() {
             },
         )]),
         seed: 1,
+        ..SimConfig::default()
     });
     let started = Instant::now();
     driver.create_machine(&create("m1", &class())).await.unwrap();
