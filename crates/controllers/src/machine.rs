@@ -515,6 +515,7 @@ async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, E
                 &Patch::Merge(json!({ "metadata": { "finalizers": list } })),
             )
             .await?;
+        crash_point!(MachineFinalizer, &name);
         return Ok(Action::await_change());
     }
     if mcm_core::migration::needs_migration(&machine.spec.class) {
@@ -820,6 +821,7 @@ async fn create(
             CreationStep::CallInitializeMachine { record, vm } => {
                 if let Some(record) = record {
                     machine = apply_record(ctx, &machine, &record).await?;
+                    crash_point!(CreateRecord, &name);
                 }
                 let (m, c, s) = request_parts(&machine, class, secret);
                 let started = std::time::Instant::now();
@@ -839,9 +841,11 @@ async fn create(
             CreationStep::Finish { record, status } => {
                 if let Some(record) = record {
                     machine = apply_record(ctx, &machine, &record).await?;
+                    crash_point!(CreateFinishRecord, &name);
                 }
                 if let Some(status) = status {
                     write_status(ctx, &machine, &status).await?;
+                    crash_point!(CreateStatus, &name);
                     // The creation flow is over (phase Pending, or Available without a target cluster): the
                     // reference's create duration, from the machine's creation.
                     if let (Some(metrics), Some(created)) =
@@ -869,6 +873,7 @@ async fn create(
                     gates.insert(name.clone(), gate);
                 }
                 write_status(ctx, &machine, &status).await?;
+                crash_point!(CreateErrorStatus, &name);
                 let message = status
                     .last_operation
                     .as_ref()
@@ -915,6 +920,7 @@ async fn create(
                 return Ok(Action::await_change());
             }
         };
+        crash_point!(call last.as_ref(), &name);
     }
     Ok(Action::requeue(Duration::from_secs(1)))
 }
