@@ -110,6 +110,11 @@ impl Cluster {
     /// [`Cluster::start_without_controller`] with the server's admission of the machine kinds on or off (off: invalid
     /// objects are stored, as on a cluster without the admission policy).
     pub async fn start_with_admission(settings: ControllerSettings, admission: bool) -> Self {
+        Self::start_with_sim(settings, admission, SimConfig::default()).await
+    }
+
+    /// [`Cluster::start_with_admission`] with the sim provider configured by `sim`.
+    pub async fn start_with_sim(settings: ControllerSettings, admission: bool, sim: SimConfig) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let mut config = ServerConfig::new(dir.path());
         config.in_memory = true;
@@ -119,7 +124,7 @@ impl Cluster {
         config.node_monitor_period = Duration::from_millis(200);
         let server = ApiServer::start(config).await.expect("the API server starts");
         let client = client_for(&server).await;
-        let driver = SimDriver::new(SimConfig::default());
+        let driver = SimDriver::new(sim);
         let kubelet = Kubelet::start(
             &driver,
             client.clone(),
@@ -254,6 +259,14 @@ impl Cluster {
     /// Kills the controller as a crash would: whatever it was doing stops where it is.
     pub async fn kill_controller(&mut self) {
         if let Some(controller) = self.controller.take() {
+            controller.task.abort();
+            let _ = controller.task.await;
+        }
+    }
+
+    /// Kills the MachineSet and MachineDeployment controllers as a crash would.
+    pub async fn kill_set_controllers(&mut self) {
+        for controller in self.set_controllers.drain(..) {
             controller.task.abort();
             let _ = controller.task.await;
         }
