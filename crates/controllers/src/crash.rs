@@ -35,6 +35,8 @@ pub enum CrashPoint {
     CreateStatus,
     /// Creation: a failed call's status (CrashLoopBackOff) was written.
     CreateErrorStatus,
+    /// Creation: the machine was marked Failed without a call (its recorded VM vanished, or the creation timed out).
+    CreateFail,
     /// Deletion: the status the pass writes before its action (phase Terminating, a skipped step) was written.
     DeletionStepWrite,
     /// Deletion: GetMachineStatus answered.
@@ -79,7 +81,7 @@ pub enum CrashPoint {
 
 impl CrashPoint {
     /// Every crash point, in the order of the flows.
-    pub const ALL: [Self; 28] = [
+    pub const ALL: [Self; 29] = [
         Self::MachineFinalizer,
         Self::CreateGetMachineStatus,
         Self::CreateCreateMachine,
@@ -88,6 +90,7 @@ impl CrashPoint {
         Self::CreateFinishRecord,
         Self::CreateStatus,
         Self::CreateErrorStatus,
+        Self::CreateFail,
         Self::DeletionStepWrite,
         Self::DeletionGetVmStatus,
         Self::DeletionDrain,
@@ -121,6 +124,7 @@ impl CrashPoint {
             Self::CreateFinishRecord => "crash::CreateFinishRecord",
             Self::CreateStatus => "crash::CreateStatus",
             Self::CreateErrorStatus => "crash::CreateErrorStatus",
+            Self::CreateFail => "crash::CreateFail",
             Self::DeletionStepWrite => "crash::DeletionStepWrite",
             Self::DeletionGetVmStatus => "crash::DeletionGetVmStatus",
             Self::DeletionDrain => "crash::DeletionDrain",

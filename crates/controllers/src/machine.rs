@@ -909,6 +909,7 @@ async fn create(
             }
             CreationStep::Fail { status } => {
                 write_status(ctx, &machine, &status).await?;
+                crash_point!(CreateFail, &name);
                 let message = status
                     .last_operation
                     .as_ref()
