@@ -180,6 +180,9 @@ static FIRED: Mutex<BTreeMap<CrashPoint, Vec<String>>> = Mutex::new(BTreeMap::ne
 
 /// Arms `point` for the objects whose name starts with `prefix`: the next controller to reach it for such an object
 /// crashes there, once.
+///
+/// # Panics
+/// If the `fail` crate refuses the configuration (it never does for `return`).
 pub fn arm(point: CrashPoint, prefix: &str) {
     let mut armed = ARMED.lock().unwrap_or_else(PoisonError::into_inner);
     armed.entry(point).or_default().insert(prefix.to_owned());
@@ -213,6 +216,9 @@ pub fn fired(point: CrashPoint, prefix: &str) -> Vec<String> {
 }
 
 /// Called by `crash_point!`: crashes when `point` is armed for a prefix of `scope`, and disarms it for that prefix.
+///
+/// # Panics
+/// That is the crash: when `point` is armed for a prefix of `scope`.
 pub fn reached(point: CrashPoint, scope: &str) {
     fail::fail_point!(point.name(), |_| {
         let prefix = ARMED

@@ -99,16 +99,15 @@ fn case(point: CrashPoint) -> (Flow, Vec<CrashPoint>) {
 /// a new creation step does not compile without its point.
 fn creation_point(step: &CreationStep) -> Option<CrashPoint> {
     match step {
-        CreationStep::Skip => None,
         CreationStep::CallGetMachineStatus => Some(CrashPoint::CreateGetMachineStatus),
         CreationStep::CallCreateMachine => Some(CrashPoint::CreateCreateMachine),
         CreationStep::CallInitializeMachine { .. } => Some(CrashPoint::CreateInitializeMachine),
         CreationStep::Finish { .. } => Some(CrashPoint::CreateStatus),
         CreationStep::RecordError { .. } => Some(CrashPoint::CreateErrorStatus),
         CreationStep::Fail { .. } => Some(CrashPoint::CreateFail),
-        // The stale-node guard (a new VM registering under an older Node's name) cannot happen with the sim, whose
-        // nodes are named as their machines: no crash point to test there.
-        CreationStep::DeleteStaleVm { .. } => None,
+        // Skip acts on nothing. The stale-node guard (a new VM registering under an older Node's name) cannot happen
+        // with the sim, whose nodes are named as their machines: no crash point to test there.
+        CreationStep::Skip | CreationStep::DeleteStaleVm { .. } => None,
     }
 }
 
@@ -347,6 +346,9 @@ impl World {
     }
 }
 
+/// A check of a converged machine: the problem, if any.
+type MachineCheck = Box<dyn Fn(&Machine) -> Option<String> + Send + Sync>;
+
 /// What a converged case looks like.
 struct Expect {
     /// Machines that exist (none being deleted), Running with their one VM, or Failed without a VM.
@@ -354,7 +356,7 @@ struct Expect {
     /// Whether they are Failed.
     failed: bool,
     /// A check of each machine.
-    machine: Option<Box<dyn Fn(&Machine) -> Option<String> + Send + Sync>>,
+    machine: Option<MachineCheck>,
     /// CreateMachine calls at least made (over the whole case).
     min_creates: u64,
 }
