@@ -664,7 +664,7 @@ async fn run(point: CrashPoint) {
     let sets = matches!(flow, Flow::ScaleUp | Flow::ScaleDown | Flow::Rollout);
     // A machine deleted before its VM was recorded learns its node from GetMachineStatus, which answers
     // Uninitialized, without a node name, for a VM that still needs initialization: that case runs with a provider
-    // whose VMs need none (the gap is described in docs/safety.md).
+    // whose VMs need none (the gap: docs/machine-deletion-decisions.md).
     let initialization_required = flow != Flow::DeleteUnrecorded;
     let mut w = World::start(prefix, sets, initialization_required).await;
     let expect = match flow {
