@@ -37,6 +37,10 @@ pub enum CrashPoint {
     CreateErrorStatus,
     /// Creation: the machine was marked Failed without a call (its recorded VM vanished, or the creation timed out).
     CreateFail,
+    /// Machine controller: a health status (Running, Unknown, Failed) was written.
+    MachineHealthStatus,
+    /// Machine controller: the node's labels, taints or finalizer were synced from the machine.
+    MachineNodeSync,
     /// Deletion: the status the pass writes before its action (phase Terminating, a skipped step) was written.
     DeletionStepWrite,
     /// Deletion: GetMachineStatus answered.
@@ -47,6 +51,8 @@ pub enum CrashPoint {
     DeletionVolumeAttachments,
     /// Deletion: DeleteMachine answered.
     DeletionDeleteVm,
+    /// Deletion: the node's finalizer was removed, before the node's deletion.
+    DeletionNodeFinalizer,
     /// Deletion: the node was deleted.
     DeletionDeleteNode,
     /// Deletion: the machine's finalizer was removed.
@@ -61,6 +67,10 @@ pub enum CrashPoint {
     DrainEvictions,
     /// Drain: a force drain deleted the pods.
     DrainForceDeletions,
+    /// Drain: a pod with volumes was evicted (one at a time).
+    DrainVolumePod,
+    /// MachineSet controller: an orphan machine was adopted.
+    SetAdopt,
     /// MachineSet controller: the set's finalizer was added.
     SetFinalizer,
     /// MachineSet controller: machines were created.
@@ -81,7 +91,7 @@ pub enum CrashPoint {
 
 impl CrashPoint {
     /// Every crash point, in the order of the flows.
-    pub const ALL: [Self; 29] = [
+    pub const ALL: [Self; 34] = [
         Self::MachineFinalizer,
         Self::CreateGetMachineStatus,
         Self::CreateCreateMachine,
@@ -91,11 +101,14 @@ impl CrashPoint {
         Self::CreateStatus,
         Self::CreateErrorStatus,
         Self::CreateFail,
+        Self::MachineHealthStatus,
+        Self::MachineNodeSync,
         Self::DeletionStepWrite,
         Self::DeletionGetVmStatus,
         Self::DeletionDrain,
         Self::DeletionVolumeAttachments,
         Self::DeletionDeleteVm,
+        Self::DeletionNodeFinalizer,
         Self::DeletionDeleteNode,
         Self::DeletionRemoveFinalizer,
         Self::DeletionNodeLabel,
@@ -103,6 +116,8 @@ impl CrashPoint {
         Self::DrainCordon,
         Self::DrainEvictions,
         Self::DrainForceDeletions,
+        Self::DrainVolumePod,
+        Self::SetAdopt,
         Self::SetFinalizer,
         Self::SetCreateMachines,
         Self::SetDeleteMachine,
@@ -125,11 +140,14 @@ impl CrashPoint {
             Self::CreateStatus => "crash::CreateStatus",
             Self::CreateErrorStatus => "crash::CreateErrorStatus",
             Self::CreateFail => "crash::CreateFail",
+            Self::MachineHealthStatus => "crash::MachineHealthStatus",
+            Self::MachineNodeSync => "crash::MachineNodeSync",
             Self::DeletionStepWrite => "crash::DeletionStepWrite",
             Self::DeletionGetVmStatus => "crash::DeletionGetVmStatus",
             Self::DeletionDrain => "crash::DeletionDrain",
             Self::DeletionVolumeAttachments => "crash::DeletionVolumeAttachments",
             Self::DeletionDeleteVm => "crash::DeletionDeleteVm",
+            Self::DeletionNodeFinalizer => "crash::DeletionNodeFinalizer",
             Self::DeletionDeleteNode => "crash::DeletionDeleteNode",
             Self::DeletionRemoveFinalizer => "crash::DeletionRemoveFinalizer",
             Self::DeletionNodeLabel => "crash::DeletionNodeLabel",
@@ -137,6 +155,8 @@ impl CrashPoint {
             Self::DrainCordon => "crash::DrainCordon",
             Self::DrainEvictions => "crash::DrainEvictions",
             Self::DrainForceDeletions => "crash::DrainForceDeletions",
+            Self::DrainVolumePod => "crash::DrainVolumePod",
+            Self::SetAdopt => "crash::SetAdopt",
             Self::SetFinalizer => "crash::SetFinalizer",
             Self::SetCreateMachines => "crash::SetCreateMachines",
             Self::SetDeleteMachine => "crash::SetDeleteMachine",

@@ -370,6 +370,7 @@ impl Deletion<'_> {
         {
             return NodeDeletion::Failed(format!("removing the node finalizer: {err}"));
         }
+        crash_point!(DeletionNodeFinalizer, node);
         match api.delete(node, &DeleteParams::default()).await {
             Ok(_) => NodeDeletion::Deleted,
             Err(kube::Error::Api(status)) if status.code == 404 => NodeDeletion::NotFound,

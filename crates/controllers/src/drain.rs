@@ -328,6 +328,7 @@ impl DrainPass<'_> {
         };
         let (pvs, volume_ids) = self.volumes_of(pod, listed).await?;
         let result = self.evict(pod).await;
+        crash_point!(DrainVolumePod, self.node);
         let evicted = result.is_ok();
         let blocker = self.settle(pod, result, pdbs, tracker).await?;
         if evicted {

@@ -1034,6 +1034,7 @@ async fn check_health(
     }
     if let Some(status) = &status {
         write_status(ctx, machine, status).await?;
+        crash_point!(MachineHealthStatus, &machine.name_any());
         if let (Some(written), Some(replaced)) = (&mut remediation_guard, machine.resource_version()) {
             let mut failed = machine.clone();
             failed.status.get_or_insert_default().current_status.phase = Some(mcm_api::MachinePhase::Failed);
@@ -1109,6 +1110,7 @@ async fn sync_node(machine: &Machine, class: &MachineClass, node: &Node, ctx: &C
             node.resource_version(),
             written.resource_version().as_deref(),
         );
+        crash_point!(MachineNodeSync, &machine.name_any());
     }
     if let Some(patch) = plan.status_patch {
         api.patch_status(&node.name_any(), &PatchParams::default(), &Patch::Merge(patch))

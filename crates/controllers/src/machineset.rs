@@ -213,6 +213,7 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
                 tracing::warn!(set = %name, machine = %machine.name_any(), error = %err, "adoption failed");
             }
         }
+        crash_point!(SetAdopt, &name);
     }
     for machine in &claims.release {
         let _ = ctx

@@ -43,12 +43,16 @@ enum Flow {
     CreateVanished,
     /// A Running machine with a pod on its node is deleted (drain by eviction).
     Delete,
+    /// A Running machine with a volume pod on its node is deleted (the volume pod is evicted on its own).
+    DeleteVolume,
     /// A Running machine labelled `force-deletion`, with a volume pod, is deleted (force drain, VolumeAttachments).
     ForceDelete,
     /// A machine is deleted after a crash right after its CreateMachine (its VM was never recorded).
     DeleteUnrecorded,
     /// A MachineSet of 2 is created.
     ScaleUp,
+    /// A MachineSet of 2 is created over a Running orphan machine it adopts.
+    ScaleUpAdopting,
     /// A MachineSet of 3 is scaled to 1.
     ScaleDown,
     /// A MachineDeployment of 2 rolls to a new template.
@@ -62,6 +66,8 @@ fn case(point: CrashPoint) -> (Flow, Vec<CrashPoint>) {
     use CrashPoint as P;
     let flow = match point {
         P::MachineFinalizer
+        | P::MachineHealthStatus
+        | P::MachineNodeSync
         | P::CreateGetMachineStatus
         | P::CreateCreateMachine
         | P::CreateRecord
@@ -76,11 +82,13 @@ fn case(point: CrashPoint) -> (Flow, Vec<CrashPoint>) {
         | P::DeletionGetVmStatus
         | P::DeletionDrain
         | P::DeletionDeleteVm
+        | P::DeletionNodeFinalizer
         | P::DeletionDeleteNode
         | P::DeletionRemoveFinalizer
         | P::DeletionNextStepWrite
         | P::DrainCordon
         | P::DrainEvictions => Flow::Delete,
+        P::DrainVolumePod => Flow::DeleteVolume,
         P::DeletionVolumeAttachments | P::DrainForceDeletions => Flow::ForceDelete,
         P::DeletionNodeLabel => {
             return (
@@ -89,6 +97,7 @@ fn case(point: CrashPoint) -> (Flow, Vec<CrashPoint>) {
             );
         }
         P::SetFinalizer | P::SetCreateMachines | P::SetStatus => Flow::ScaleUp,
+        P::SetAdopt => Flow::ScaleUpAdopting,
         P::SetDeleteMachine => Flow::ScaleDown,
         P::RolloutCreateSet | P::RolloutPatchSet | P::RolloutRevision | P::RolloutStatus => Flow::Rollout,
     };
@@ -479,9 +488,9 @@ async fn create_volume(w: &World, name: &str) {
         .expect("the claim is created");
 }
 
-/// The deletion of a Running machine with a pod on its node (a volume pod and the force-deletion label when
-/// `force`), crashed at `point`.
-async fn delete(w: &mut World, point: CrashPoint, force: bool) -> Expect {
+/// The deletion of a Running machine with a pod on its node (with a volume when `volume`; the machine labelled
+/// `force-deletion` when `force`), crashed at `point`.
+async fn delete(w: &mut World, point: CrashPoint, force: bool, volume: bool) -> Expect {
     let name = w.name("m0");
     let labels = if force {
         json!({ keys::labels::FORCE_DELETION: "True" })
@@ -493,7 +502,7 @@ async fn delete(w: &mut World, point: CrashPoint, force: bool) -> Expect {
         .await;
     w.cluster.wait_phase(&name, MachinePhase::Running).await;
     let pod = w.name("web");
-    if force {
+    if volume {
         let claim = w.name("data");
         create_volume(w, &claim).await;
         create_pod(w, &pod, &name, &[&claim]).await;
@@ -598,6 +607,31 @@ async fn scale_up(w: &mut World, point: CrashPoint) -> Expect {
     Expect::machines(2, 2)
 }
 
+/// A set of 2 created over a Running orphan machine of its selector, crashed at `point` (the adoption).
+async fn scale_up_adopting(w: &mut World, point: CrashPoint) -> Expect {
+    let orphan = w.name("orphan");
+    let set = w.name("set");
+    w.cluster
+        .create_machine_from(json!({ "metadata": { "name": orphan, "labels": { "pool": set } } }))
+        .await;
+    w.cluster.wait_phase(&orphan, MachinePhase::Running).await;
+    crash::arm(point, &w.prefix);
+    create_set(w, 2).await;
+    w.crashed(point).await;
+    w.restart();
+    Expect {
+        machine: Some(Box::new(move |m: &Machine| {
+            let owner = m
+                .owner_references()
+                .iter()
+                .find(|r| r.controller == Some(true))
+                .map(|r| r.name.clone());
+            (owner.as_ref() != Some(&set)).then(|| format!("owned by {owner:?}, not the set"))
+        })),
+        ..Expect::machines(2, 2)
+    }
+}
+
 /// A set of 3 scaled to 1, crashed at `point`.
 async fn scale_down(w: &mut World, point: CrashPoint) -> Expect {
     let set = create_set(w, 3).await;
@@ -661,7 +695,10 @@ async fn run(point: CrashPoint) {
         .expect("a listed point");
     let prefix = format!("c{index:02}-");
     let (flow, points) = case(point);
-    let sets = matches!(flow, Flow::ScaleUp | Flow::ScaleDown | Flow::Rollout);
+    let sets = matches!(
+        flow,
+        Flow::ScaleUp | Flow::ScaleUpAdopting | Flow::ScaleDown | Flow::Rollout
+    );
     // A machine deleted before its VM was recorded learns its node from GetMachineStatus, which answers
     // Uninitialized, without a node name, for a VM that still needs initialization: that case runs with a provider
     // whose VMs need none (the gap: docs/machine-deletion-decisions.md).
@@ -671,10 +708,12 @@ async fn run(point: CrashPoint) {
         Flow::Create => create(&mut w, &points).await,
         Flow::CreateFailingOnce => create_failing_once(&mut w, point).await,
         Flow::CreateVanished => create_vanished(&mut w, &points).await,
-        Flow::Delete => delete(&mut w, point, false).await,
-        Flow::ForceDelete => delete(&mut w, point, true).await,
+        Flow::Delete => delete(&mut w, point, false, false).await,
+        Flow::DeleteVolume => delete(&mut w, point, false, true).await,
+        Flow::ForceDelete => delete(&mut w, point, true, true).await,
         Flow::DeleteUnrecorded => delete_unrecorded(&mut w, &points).await,
         Flow::ScaleUp => scale_up(&mut w, point).await,
+        Flow::ScaleUpAdopting => scale_up_adopting(&mut w, point).await,
         Flow::ScaleDown => scale_down(&mut w, point).await,
         Flow::Rollout => rollout(&mut w, point).await,
     };
@@ -711,12 +750,15 @@ crash_cases! {
     crash_after_the_record_of_a_found_vm => CreateFinishRecord,
     crash_after_the_pending_status => CreateStatus,
     crash_after_the_crash_loop_status => CreateErrorStatus,
+    crash_after_a_health_status => MachineHealthStatus,
+    crash_after_the_node_sync => MachineNodeSync,
     crash_after_the_failed_status_of_a_vanished_vm => CreateFail,
     crash_after_the_terminating_write => DeletionStepWrite,
     crash_after_the_deletion_get_machine_status => DeletionGetVmStatus,
     crash_after_a_drain_pass => DeletionDrain,
     crash_after_the_volume_attachment_deletion => DeletionVolumeAttachments,
     crash_after_delete_machine => DeletionDeleteVm,
+    crash_after_the_node_finalizer_removal => DeletionNodeFinalizer,
     crash_after_the_node_deletion => DeletionDeleteNode,
     crash_after_the_finalizer_removal => DeletionRemoveFinalizer,
     crash_after_the_deletion_node_label => DeletionNodeLabel,
@@ -724,6 +766,8 @@ crash_cases! {
     crash_after_the_cordon => DrainCordon,
     crash_after_the_evictions => DrainEvictions,
     crash_after_the_force_deletions => DrainForceDeletions,
+    crash_after_a_volume_pod_eviction => DrainVolumePod,
+    crash_after_an_adoption => SetAdopt,
     crash_after_the_set_finalizer => SetFinalizer,
     crash_after_the_set_creates_machines => SetCreateMachines,
     crash_after_the_set_deletes_a_machine => SetDeleteMachine,
