@@ -6,8 +6,9 @@
 //! set, the deployment). The `fail` registry is one per process and the tests run in parallel, each with its own API
 //! server: the prefix keeps a test's crash from firing in another test that passes the same point (the `fail` point
 //! is on while any prefix is armed; the prefixes are kept here, since several tests may arm one point). An armed
-//! point fires once per prefix (it disarms itself), records that it fired, and panics: the panic unwinds through the
-//! controller's task, which ends there, like a killed process, with nothing after the point done.
+//! point fires once per prefix (it disarms itself), records that it fired, and panics. kube-runtime runs each
+//! reconcile in a task of its own and unwraps its join in the controller's stream, so the panic ends the whole
+//! controller, like a killed process: nothing after the point is done, and the reconciles in flight are aborted.
 
 use std::{
     collections::{BTreeMap, BTreeSet},

@@ -887,6 +887,9 @@ fn every_crash_point_and_every_step_has_a_crash_test() {
             record: None,
             status: None,
         },
+        CreationStep::Fail {
+            status: mcm_core::StatusUpdate::default(),
+        },
     ];
     for step in &steps {
         let point = creation_point(step).expect("an acting step has a point");
