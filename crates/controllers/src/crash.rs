@@ -88,11 +88,15 @@ pub enum CrashPoint {
     RolloutRevision,
     /// MachineDeployment controller: the deployment's status was written.
     RolloutStatus,
+    /// MachineDeployment controller: a node got the marks of a rollout (scale-down-disabled annotation, taint).
+    RolloutNodeMarks,
+    /// MachineDeployment controller: an old set beyond the revision history limit was deleted.
+    RolloutCleanup,
 }
 
 impl CrashPoint {
     /// Every crash point, in the order of the flows.
-    pub const ALL: [Self; 34] = [
+    pub const ALL: [Self; 36] = [
         Self::MachineFinalizer,
         Self::CreateGetMachineStatus,
         Self::CreateCreateMachine,
@@ -127,6 +131,8 @@ impl CrashPoint {
         Self::RolloutPatchSet,
         Self::RolloutRevision,
         Self::RolloutStatus,
+        Self::RolloutNodeMarks,
+        Self::RolloutCleanup,
     ];
 
     /// The point's name in the `fail` registry: `crash::` and the variant's name.
@@ -166,6 +172,8 @@ impl CrashPoint {
             Self::RolloutPatchSet => "crash::RolloutPatchSet",
             Self::RolloutRevision => "crash::RolloutRevision",
             Self::RolloutStatus => "crash::RolloutStatus",
+            Self::RolloutNodeMarks => "crash::RolloutNodeMarks",
+            Self::RolloutCleanup => "crash::RolloutCleanup",
         }
     }
 

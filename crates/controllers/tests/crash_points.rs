@@ -99,7 +99,12 @@ fn case(point: CrashPoint) -> (Flow, Vec<CrashPoint>) {
         P::SetFinalizer | P::SetCreateMachines | P::SetStatus => Flow::ScaleUp,
         P::SetAdopt => Flow::ScaleUpAdopting,
         P::SetDeleteMachine => Flow::ScaleDown,
-        P::RolloutCreateSet | P::RolloutPatchSet | P::RolloutRevision | P::RolloutStatus => Flow::Rollout,
+        P::RolloutCreateSet
+        | P::RolloutPatchSet
+        | P::RolloutRevision
+        | P::RolloutStatus
+        | P::RolloutNodeMarks
+        | P::RolloutCleanup => Flow::Rollout,
     };
     (flow, vec![point])
 }
@@ -290,6 +295,16 @@ impl World {
         {
             return Some(format!("VM {} has no machine", vm.provider_id));
         }
+        if let Some(expected) = expect.sets {
+            let sets = Api::<MachineSet>::namespaced(self.cluster.client.clone(), NAMESPACE)
+                .list(&ListParams::default())
+                .await
+                .expect("sets are listed")
+                .items;
+            if sets.len() != expected {
+                return Some(format!("{} sets, {expected} expected", sets.len()));
+            }
+        }
         if let Some(vm) = vms.iter().find(|vm| !vm.initialized) {
             return Some(format!("VM {} was never initialized", vm.provider_id));
         }
@@ -368,6 +383,8 @@ struct Expect {
     machine: Option<MachineCheck>,
     /// CreateMachine calls at least made (over the whole case).
     min_creates: u64,
+    /// MachineSets left, when it matters.
+    sets: Option<usize>,
 }
 
 impl Expect {
@@ -378,6 +395,7 @@ impl Expect {
             failed: false,
             machine: None,
             min_creates,
+            sets: None,
         }
     }
 }
@@ -650,7 +668,8 @@ async fn scale_down(w: &mut World, point: CrashPoint) -> Expect {
     Expect::machines(1, 3)
 }
 
-/// A deployment of 2 rolled to a new template (label `rev: 2`), crashed at `point`.
+/// A deployment of 2 (no revision history) rolled to a new template (label `rev: 2`), crashed at `point`; converged,
+/// only the new set is left.
 async fn rollout(w: &mut World, point: CrashPoint) -> Expect {
     let name = w.name("dep");
     let deployment: MachineDeployment = serde_json::from_value(json!({
@@ -659,6 +678,8 @@ async fn rollout(w: &mut World, point: CrashPoint) -> Expect {
             "replicas": 2,
             "selector": { "matchLabels": { "pool": name } },
             "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 0 } },
+            // The old set goes once the rollout is complete (history cleanup).
+            "revisionHistoryLimit": 0,
             "template": template(&name, &[("rev", "1")]),
         }
     }))
@@ -683,6 +704,7 @@ async fn rollout(w: &mut World, point: CrashPoint) -> Expect {
             (m.labels().get("rev").map(String::as_str) != Some("2"))
                 .then(|| "not of the new template".to_owned())
         })),
+        sets: Some(1),
         ..Expect::machines(2, 4)
     }
 }
@@ -776,6 +798,8 @@ crash_cases! {
     crash_after_a_set_is_patched => RolloutPatchSet,
     crash_after_the_revision_annotation => RolloutRevision,
     crash_after_the_deployment_status => RolloutStatus,
+    crash_after_the_node_marks => RolloutNodeMarks,
+    crash_after_the_history_cleanup => RolloutCleanup,
 }
 
 /// The `crash_point!` lines of the controllers' sources: the variants they name (`step` and `call` lines stand for
@@ -796,8 +820,8 @@ fn points_in_sources() -> (BTreeSet<String>, usize, usize) {
                 continue;
             }
             let text = std::fs::read_to_string(&path).expect("a source file");
-            for line in text.lines().map(str::trim) {
-                let Some(rest) = line.strip_prefix("crash_point!(") else {
+            for line in text.lines().map(str::trim).filter(|l| !l.starts_with("//")) {
+                let Some((_, rest)) = line.split_once("crash_point!(") else {
                     continue;
                 };
                 if rest.starts_with("step ") {
