@@ -783,7 +783,9 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
                 .delete(&set.name_any(), &DeleteParams::default())
                 .await
             {
-                Ok(_) => crash_point!(RolloutCleanup, &name),
+                Ok(_) => {
+                    crash_point!(RolloutCleanup, &name);
+                }
                 Err(kube::Error::Api(status)) if status.code == 404 => {}
                 Err(err) => return Err(err.into()),
             }
