@@ -37,7 +37,7 @@ use mcm_core::{
 };
 use mcm_driver::{
     CreateMachineRequest, DeleteMachineRequest, Driver, DriverError, DriverMethod, GetMachineStatusRequest,
-    ListMachinesRequest, MachineCode,
+    InitializeMachineRequest, ListMachinesRequest, MachineCode,
 };
 use serde_json::{Value, json};
 use tracing::Instrument;
@@ -236,6 +236,16 @@ async fn reconcile(infra: Arc<MCMMachine>, ctx: Arc<Context>) -> Result<Action, 
     .run()
     .instrument(span)
     .await
+}
+
+/// What became of the machine's VM in [`Reconciler::find_or_create`].
+enum Vm {
+    /// It exists (initialized): its providerID and addresses.
+    Ready(String, Vec<NodeAddress>),
+    /// The recorded VM is gone.
+    Vanished,
+    /// A call failed.
+    Failed(DriverMethod, DriverError),
 }
 
 /// What stops a provision or deletion before the provider is called.
@@ -521,31 +531,47 @@ impl Reconciler<'_> {
         } = inputs;
         // A provider's message may quote its request: the secret's values and the bootstrap data go.
         let redactor = Redactor::from_secret_data(secret.data.as_ref().unwrap_or(&BTreeMap::new()));
-        // Look the VM up before creating one: an earlier attempt may have created it with an unknown outcome.
-        let lookup = self
-            .ctx
-            .driver
-            .get_machine_status(&GetMachineStatusRequest {
-                machine: m.clone(),
-                machine_class: class.clone(),
-                secret: secret.clone(),
-            })
-            .await;
-        let (provider_id, addresses) = match decide::after_lookup(
-            lookup,
-            self.infra.spec.provider_id.as_deref(),
-        ) {
-            Lookup::Found(vm) => (vm.provider_id, vm.addresses),
-            Lookup::Vanished => {
+        let (provider_id, addresses) = match Box::pin(self.find_or_create(m, class, secret)).await {
+            Vm::Ready(provider_id, addresses) => (provider_id, addresses),
+            Vm::Vanished => {
                 let message = "the provider no longer knows the recorded VM; a second VM is never created for one \
                                MCMMachine";
                 return self.fail("VMVanished", message, now).await;
             }
-            Lookup::Failed(err) => {
-                return self
-                    .driver_error(DriverMethod::GetMachineStatus, &redactor.redact_error(&err), now)
-                    .await;
+            Vm::Failed(method, err) => {
+                return self.driver_error(method, &redactor.redact_error(&err), now).await;
             }
+        };
+        self.reset_backoff();
+        self.provisioned(&provider_id, &addresses, machine, now).await?;
+        Ok(Action::await_change())
+    }
+
+    /// The machine's VM: looked up before creating one (an earlier attempt may have created it with an unknown
+    /// outcome), created if none exists, and initialized when new or uninitialized (spec 002 section 11).
+    async fn find_or_create(&self, machine: Machine, class: MachineClass, secret: Secret) -> Vm {
+        let lookup = self
+            .ctx
+            .driver
+            .get_machine_status(&GetMachineStatusRequest {
+                machine: machine.clone(),
+                machine_class: class.clone(),
+                secret: secret.clone(),
+            })
+            .await;
+        let initialize = InitializeMachineRequest {
+            machine: machine.clone(),
+            machine_class: class.clone(),
+            secret: secret.clone(),
+        };
+        match decide::after_lookup(lookup, self.infra.spec.provider_id.as_deref()) {
+            Lookup::Found(vm) => Vm::Ready(vm.provider_id, vm.addresses),
+            Lookup::Vanished => Vm::Vanished,
+            Lookup::Failed(err) => Vm::Failed(DriverMethod::GetMachineStatus, err),
+            Lookup::Uninitialized => match self.ctx.driver.initialize_machine(&initialize).await {
+                Ok(vm) => Vm::Ready(vm.provider_id, vm.addresses),
+                Err(err) => Vm::Failed(DriverMethod::InitializeMachine, err),
+            },
             Lookup::Create | Lookup::Unsupported => {
                 let listed = self
                     .ctx
@@ -559,35 +585,34 @@ impl Reconciler<'_> {
                     .and_then(|list| {
                         list.machine_list
                             .into_iter()
-                            .find_map(|(id, machine)| (machine == self.name).then_some(id))
+                            .find_map(|(id, name)| (name == self.name).then_some(id))
                     });
                 if let Some(id) = listed {
-                    (id, Vec::new())
-                } else {
-                    tracing::info!("creating the VM");
-                    match self
-                        .ctx
-                        .driver
-                        .create_machine(&CreateMachineRequest {
-                            machine: m,
-                            machine_class: class,
-                            secret,
-                        })
-                        .await
-                    {
-                        Ok(created) => (created.provider_id, created.addresses),
-                        Err(err) => {
-                            return self
-                                .driver_error(DriverMethod::CreateMachine, &redactor.redact_error(&err), now)
-                                .await;
-                        }
+                    return Vm::Ready(id, Vec::new());
+                }
+                tracing::info!("creating the VM");
+                let created = match self
+                    .ctx
+                    .driver
+                    .create_machine(&CreateMachineRequest {
+                        machine,
+                        machine_class: class,
+                        secret,
+                    })
+                    .await
+                {
+                    Ok(created) => created,
+                    Err(err) => return Vm::Failed(DriverMethod::CreateMachine, err),
+                };
+                // NotFound and Unimplemented skip initialization (the InitializeMachine table).
+                match self.ctx.driver.initialize_machine(&initialize).await {
+                    Err(err) if !matches!(err.code, MachineCode::NotFound | MachineCode::Unimplemented) => {
+                        Vm::Failed(DriverMethod::InitializeMachine, err)
                     }
+                    _ => Vm::Ready(created.provider_id, created.addresses),
                 }
             }
-        };
-        self.reset_backoff();
-        self.provisioned(&provider_id, &addresses, machine, now).await?;
-        Ok(Action::await_change())
+        }
     }
 
     /// spec 001: "Set `spec.providerID`", "Set `status.ready` to `true`", "Set `status.addresses`", "Set

@@ -229,6 +229,8 @@ pub enum Lookup {
     Unsupported,
     /// The recorded VM is gone: never create a second one for this object (spec 003, as `creation.rs`).
     Vanished,
+    /// The VM exists but is not initialized (spec 002 section 11): call `InitializeMachine`.
+    Uninitialized,
     /// The lookup failed.
     Failed(DriverError),
 }
@@ -245,6 +247,7 @@ pub fn after_lookup(result: Result<GetMachineStatusResponse, DriverError>, recor
             }
         }
         Err(err) if err.code == MachineCode::Unimplemented => Lookup::Unsupported,
+        Err(err) if err.code == MachineCode::Uninitialized => Lookup::Uninitialized,
         Err(err) => Lookup::Failed(err),
     }
 }

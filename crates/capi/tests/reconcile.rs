@@ -339,6 +339,12 @@ async fn each_exit_of_spec_001_holds_then_the_machine_is_provisioned_and_deleted
     let vms = w.driver.vms();
     assert_eq!(vms.len(), 1, "exactly one VM");
     assert_eq!(vms[0].user_data.as_bytes(), BOOTSTRAP_DATA.as_bytes());
+    // Spec 002 section 11: a new VM is initialized before it is used (the sim has something to initialise).
+    assert!(
+        w.driver.uninitialized_machines().is_empty(),
+        "the VM is initialized: {:?}",
+        w.driver.uninitialized_machines()
+    );
     // Secrets never surface on the object.
     let text = serde_json::to_string(&m).unwrap();
     assert!(!text.contains("s3cr3t"), "{text}");

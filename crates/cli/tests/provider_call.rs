@@ -95,6 +95,14 @@ fn an_operator_creates_lists_inspects_and_deletes_vms() {
         "{list}"
     );
 
+    // The sim has something to initialise: status says so (exit 1, code 17) until `init` succeeded.
+    let (code, _, stderr) = provider.call(&["status", "--machine", "vm-one"]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("Uninitialized (17)"), "{stderr}");
+    for machine in ["vm-one", "vm-two"] {
+        let initialized = provider.call_ok(&["init", "--machine", machine]);
+        assert!(!field(&initialized, "providerID").is_empty(), "{initialized}");
+    }
     let status = provider.call_ok(&["status", "--machine", "vm-one"]);
     assert_eq!(field(&status, "providerID"), first_id);
     assert_eq!(field(&status, "nodeName"), field(&first, "nodeName"));

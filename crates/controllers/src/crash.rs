@@ -15,6 +15,7 @@ use std::{
     sync::{Mutex, PoisonError},
 };
 
+use mcm_api::MachinePhase;
 use mcm_core::{creation::CallOutcome, deletion::DeletionStep};
 
 /// A crash point. Every `crash_point!` in the controllers names one; [`CrashPoint::ALL`] lists them.
@@ -32,13 +33,13 @@ pub enum CrashPoint {
     CreateInitializeMachine,
     /// Creation: the VM was recorded at the end of the flow (a VM found by GetMachineStatus).
     CreateFinishRecord,
-    /// Creation: the status ending the flow (phase Pending) was written.
+    /// Creation: the status ending the flow (phase Pending, or Available without a target cluster) was written.
     CreateStatus,
     /// Creation: a failed call's status (CrashLoopBackOff) was written.
     CreateErrorStatus,
-    /// Creation: the machine was marked Failed without a call (its recorded VM vanished, or the creation timed out).
+    /// Machine controller: phase Failed was written (a vanished VM, a creation or health timeout).
     CreateFail,
-    /// Machine controller: a health status (Running, Unknown, Failed) was written.
+    /// Machine controller: another status (Running, Unknown, no phase change) was written.
     MachineHealthStatus,
     /// Machine controller: the node's labels, taints or finalizer were synced from the machine.
     MachineNodeSync,
@@ -174,6 +175,16 @@ impl CrashPoint {
             Self::RolloutStatus => "crash::RolloutStatus",
             Self::RolloutNodeMarks => "crash::RolloutNodeMarks",
             Self::RolloutCleanup => "crash::RolloutCleanup",
+        }
+    }
+
+    /// The point right after a status write of the machine controller, by the phase it writes.
+    pub fn after_status_write(phase: Option<MachinePhase>) -> Self {
+        match phase {
+            Some(MachinePhase::Pending | MachinePhase::Available) => Self::CreateStatus,
+            Some(MachinePhase::CrashLoopBackOff) => Self::CreateErrorStatus,
+            Some(MachinePhase::Failed) => Self::CreateFail,
+            _ => Self::MachineHealthStatus,
         }
     }
 

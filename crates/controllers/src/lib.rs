@@ -4,10 +4,14 @@
 
 /// A crash point (see [`crash`]): with the `failpoints` feature a test can make the controller stop here as if its
 /// process died; without it, nothing. `crash_point!(Point, scope)`, `crash_point!(step s, scope)` for the point after
-/// deletion step `s`, `crash_point!(call outcome, scope)` for the point after a creation call; the scope is the name
-/// of the object the controller works on.
+/// deletion step `s`, `crash_point!(call outcome, scope)` for the point after a creation call,
+/// `crash_point!(status phase, scope)` for the point after a machine status write; the scope is the name of the
+/// object the controller works on.
 #[cfg(feature = "failpoints")]
 macro_rules! crash_point {
+    (status $phase:expr, $scope:expr) => {
+        $crate::crash::reached($crate::crash::CrashPoint::after_status_write($phase), $scope)
+    };
     (call $outcome:expr, $scope:expr) => {
         if let Some(point) = $crate::crash::CrashPoint::after_creation_call($outcome) {
             $crate::crash::reached(point, $scope);

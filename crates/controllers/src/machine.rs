@@ -449,6 +449,7 @@ async fn write_status(ctx: &Context, machine: &Machine, update: &StatusUpdate) -
             &Patch::Merge(update.merge_patch()),
         )
         .await?;
+    crash_point!(status update.phase(), &machine.name_any());
     let key = format!("machine/{}", machine.name_any());
     ctx.wrote(
         &key,
@@ -766,6 +767,7 @@ async fn create(
     let mut last: Option<CallOutcome> = None;
     for _ in 0..8 {
         let failures = ctx.failures(&name) + u32::from(matches!(&last, Some(o) if outcome_failed(o)));
+        let node_ready = node_ready(&machine, ctx);
         let input = CreationInput {
             machine: &machine,
             settings: &ctx.config.settings,
@@ -774,6 +776,7 @@ async fn create(
             failures,
             random: rand::random(),
             redactor: &redactor,
+            node_ready,
         };
         let step = creation::decide(&input, last.as_ref());
         let (m, c, s) = request_parts(&machine, class, secret);
@@ -781,7 +784,11 @@ async fn create(
             CreationStep::Skip => return Ok(Action::await_change()),
             CreationStep::CallGetMachineStatus => {
                 if let Some(wait) = ctx.retry_wait(&name, now, &ctx.fingerprint(&machine, class)) {
-                    // A failed call backs off or waits for a change; the CrashLoopBackOff deadline still fires.
+                    // A failed call backs off or waits for a change; the CrashLoopBackOff deadline still fires
+                    // (unless the node is healthy: the creation timeout does not fail such a machine).
+                    if node_ready {
+                        return Ok(Action::requeue(wait));
+                    }
                     let deadline = creation::crash_loop_deadline(&machine, &ctx.config.settings);
                     let until_deadline = Duration::try_from(deadline.duration_since(now)).unwrap_or_default();
                     return Ok(Action::requeue(wait.min(until_deadline)));
@@ -845,7 +852,6 @@ async fn create(
                 }
                 if let Some(status) = status {
                     write_status(ctx, &machine, &status).await?;
-                    crash_point!(CreateStatus, &name);
                     // The creation flow is over (phase Pending, or Available without a target cluster): the
                     // reference's create duration, from the machine's creation.
                     if let (Some(metrics), Some(created)) =
@@ -867,13 +873,18 @@ async fn create(
                 code,
             } => {
                 ctx.note_failure(&name);
-                let gate =
-                    mcm_core::retry_policy::RetryGate::new(retry, now, ctx.fingerprint(&machine, class));
+                // The back-off runs from the failure, not from the start of the pass (earlier calls of the pass
+                // took time): a retry never comes sooner than the policy says.
+                let failed_at = jiff::Timestamp::now().max(now);
+                let gate = mcm_core::retry_policy::RetryGate::new(
+                    retry,
+                    failed_at,
+                    ctx.fingerprint(&machine, class),
+                );
                 if let Ok(mut gates) = ctx.retry_gates.lock() {
                     gates.insert(name.clone(), gate);
                 }
                 write_status(ctx, &machine, &status).await?;
-                crash_point!(CreateErrorStatus, &name);
                 let message = status
                     .last_operation
                     .as_ref()
@@ -909,7 +920,6 @@ async fn create(
             }
             CreationStep::Fail { status } => {
                 write_status(ctx, &machine, &status).await?;
-                crash_point!(CreateFail, &name);
                 let message = status
                     .last_operation
                     .as_ref()
@@ -924,6 +934,24 @@ async fn create(
         crash_point!(call last.as_ref(), &name);
     }
     Ok(Action::requeue(Duration::from_secs(1)))
+}
+
+/// Whether the machine's node (by its `node` label) exists in the target cluster and is healthy.
+fn node_ready(machine: &Machine, ctx: &Context) -> bool {
+    machine
+        .labels()
+        .get(keys::labels::NODE)
+        .filter(|n| !n.is_empty())
+        .and_then(|n| ctx.node(n))
+        .and_then(|node| {
+            node.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .map(|conditions| {
+                    mcm_core::health::is_healthy(conditions, &ctx.config.settings.node_conditions)
+                })
+        })
+        .unwrap_or(false)
 }
 
 /// Records the VM on the machine (providerID, `node` label, priority annotation) and notes the write, so that a
@@ -1034,7 +1062,6 @@ async fn check_health(
     }
     if let Some(status) = &status {
         write_status(ctx, machine, status).await?;
-        crash_point!(MachineHealthStatus, &machine.name_any());
         if let (Some(written), Some(replaced)) = (&mut remediation_guard, machine.resource_version()) {
             let mut failed = machine.clone();
             failed.status.get_or_insert_default().current_status.phase = Some(mcm_api::MachinePhase::Failed);

@@ -220,6 +220,10 @@ pub struct CreationInput<'a> {
     pub random: f64,
     /// Removes the class secret's values from provider messages.
     pub redactor: &'a Redactor,
+    /// Whether the machine's node exists and is healthy ([`crate::health::is_healthy`]). The creation timeout is
+    /// the time a VM has to become a healthy node: a machine whose node is healthy is never failed by it, whatever
+    /// step (in practice `InitializeMachine`) is still failing; it stays in CrashLoopBackOff and keeps retrying.
+    pub node_ready: bool,
 }
 
 /// The next step of the creation flow.
@@ -323,7 +327,16 @@ pub fn decide(input: &CreationInput<'_>, last_call: Option<&CallOutcome>) -> Cre
         Some(CallOutcome::GetMachineStatus(Ok(response))) => {
             // The VM exists: adopt it. A recorded identity wins over the provider's (spec 003).
             let vm = VmInfo::recorded(machine).or(VmInfo::from(response));
-            finish(input, &vm, DriverMethod::GetMachineStatus)
+            // The flow is not over (no phase, or CrashLoopBackOff), so this VM's initialization is not known to
+            // have succeeded: a crash between CreateMachine and InitializeMachine, or CreateMachine's answer lost
+            // to the call timeout, leaves exactly this state. Providers must answer Uninitialized for such a VM
+            // (spec 002 section 11); the flow does not rely on them alone and initializes before it adopts (the
+            // spec makes InitializeMachine safe to repeat: "Initialization is reattempted"). The phase written at
+            // the end of the flow is the durable record that initialization is done: no extra write.
+            if let Some(step) = missing_identity(input, &vm, DriverMethod::GetMachineStatus) {
+                return step;
+            }
+            initialize(machine, vm)
         }
         Some(CallOutcome::GetMachineStatus(Err(error))) => match error.code {
             MachineCode::NotFound | MachineCode::Unimplemented if machine.spec.provider_id.is_empty() => {
@@ -337,14 +350,11 @@ pub fn decide(input: &CreationInput<'_>, last_call: Option<&CallOutcome>) -> Cre
                 },
                 None,
             ),
-            // The provider cannot tell; the machine records its VM: carry on with it.
-            MachineCode::Unimplemented => {
-                finish(input, &VmInfo::recorded(machine), DriverMethod::GetMachineStatus)
+            // The provider cannot tell, or says the VM is not initialized; the machine records its VM: initialize
+            // it, then carry on with it.
+            MachineCode::Unimplemented | MachineCode::Uninitialized => {
+                initialize(machine, VmInfo::recorded(machine))
             }
-            MachineCode::Uninitialized => CreationStep::CallInitializeMachine {
-                record: None,
-                vm: VmInfo::recorded(machine),
-            },
             _ => record_error(input, DriverMethod::GetMachineStatus, error),
         },
         Some(CallOutcome::CreateMachine {
@@ -362,10 +372,7 @@ pub fn decide(input: &CreationInput<'_>, last_call: Option<&CallOutcome>) -> Cre
             if let Some(step) = missing_identity(input, &vm, DriverMethod::CreateMachine) {
                 return step;
             }
-            CreationStep::CallInitializeMachine {
-                record: VmRecord::for_vm(machine, &vm),
-                vm,
-            }
+            initialize(machine, vm)
         }
         Some(CallOutcome::CreateMachine {
             result: Err(error), ..
@@ -385,6 +392,15 @@ pub fn decide(input: &CreationInput<'_>, last_call: Option<&CallOutcome>) -> Cre
     }
 }
 
+/// Record what the machine lacks of `vm`, then call `InitializeMachine`: the providerID is on the machine before the
+/// call, so that nothing after it can lead to a second VM.
+fn initialize(machine: &Machine, vm: VmInfo) -> CreationStep {
+    CreationStep::CallInitializeMachine {
+        record: VmRecord::for_vm(machine, &vm),
+        vm,
+    }
+}
+
 fn machine_name(machine: &Machine) -> String {
     machine.metadata.name.clone().unwrap_or_default()
 }
@@ -395,6 +411,7 @@ fn start(input: &CreationInput<'_>) -> CreationStep {
         return CreationStep::Skip;
     }
     if machine.phase() == Some(MachinePhase::CrashLoopBackOff)
+        && !input.node_ready
         && input.now >= crash_loop_deadline(machine, input.settings)
     {
         let last_error = machine
@@ -530,7 +547,11 @@ fn record_error(input: &CreationInput<'_>, method: DriverMethod, error: &DriverE
     } else {
         Description::provider_error(error, input.redactor)
     };
-    let phase = failure_phase(machine, input.settings, input.now);
+    let phase = if input.node_ready {
+        MachinePhase::CrashLoopBackOff
+    } else {
+        failure_phase(machine, input.settings, input.now)
+    };
     let retry = retry_policy::decide(
         method,
         error.code,
@@ -539,6 +560,9 @@ fn record_error(input: &CreationInput<'_>, method: DriverMethod, error: &DriverE
         &input.settings.retry,
     );
     let requeue_after = (phase == MachinePhase::CrashLoopBackOff).then(|| {
+        if input.node_ready {
+            return retry.requeue_after();
+        }
         let until_deadline = timeouts::elapsed(input.now, crash_loop_deadline(machine, input.settings));
         retry.requeue_after().min(until_deadline)
     });
@@ -637,6 +661,7 @@ mod tests {
                 failures: 1,
                 random: 0.0,
                 redactor: &self.redactor,
+                node_ready: false,
             }
         }
     }
@@ -699,14 +724,17 @@ mod tests {
         }
     }
 
+    /// Issue: after a lost CreateMachine answer (call timeout) the next pass found the VM and adopted it
+    /// uninitialized. A VM found while the flow is not over is recorded, initialized, then the flow finishes.
     #[test]
-    fn an_existing_vm_is_adopted_and_recorded_then_pending() {
+    fn an_unrecorded_vm_is_recorded_and_initialized_before_it_is_adopted() {
         let f = Fixture::new();
         let m = new_machine();
         let outcome = CallOutcome::GetMachineStatus(Ok(vm()));
-        let CreationStep::Finish { record, status } = decide(&f.input(&m, CREATED + 1), Some(&outcome))
+        let CreationStep::CallInitializeMachine { record, vm } =
+            decide(&f.input(&m, CREATED + 1), Some(&outcome))
         else {
-            panic!("adopt finishes")
+            panic!("an unrecorded VM is initialized first")
         };
         let record = record.unwrap();
         assert_eq!(record.provider_id.as_deref(), Some("sim:///m-1"));
@@ -722,6 +750,17 @@ mod tests {
                 "spec": {"providerID": "sim:///m-1"}
             })
         );
+        // The controller applied the record; initialization succeeds: the phase is Pending, nothing else to record.
+        let m = recorded(m);
+        let outcome = CallOutcome::InitializeMachine {
+            vm,
+            result: Ok(InitializeMachineResponse::default()),
+        };
+        let CreationStep::Finish { record, status } = decide(&f.input(&m, CREATED + 2), Some(&outcome))
+        else {
+            panic!("finish")
+        };
+        assert_eq!(record, None);
         let status = status.unwrap();
         assert_eq!(status.phase(), Some(MachinePhase::Pending));
         assert_eq!(status.description(), Some(Description::CreatingMachine));
@@ -729,6 +768,33 @@ mod tests {
         assert_eq!(op.r#type, Some(MachineOperationType::Create));
         assert_eq!(op.state, Some(MachineState::Processing));
         assert!(status.current_status.as_ref().unwrap().timeout_active);
+    }
+
+    /// Issue: a crash between CreateMachine and InitializeMachine skipped initialization for good when the provider
+    /// answered OK after the restart. A recorded VM of a machine whose flow is not over (no phase, or
+    /// CrashLoopBackOff) is initialized whatever GetMachineStatus says of it.
+    #[test]
+    fn a_recorded_vm_is_initialized_after_a_restart_whatever_the_provider_says() {
+        let f = Fixture::new();
+        for m in [
+            recorded(new_machine()),
+            recorded(with_phase(new_machine(), MachinePhase::CrashLoopBackOff, "x")),
+        ] {
+            for outcome in [
+                CallOutcome::GetMachineStatus(Ok(vm())),
+                CallOutcome::GetMachineStatus(Err(err(MachineCode::Unimplemented))),
+                CallOutcome::GetMachineStatus(Err(err(MachineCode::Uninitialized))),
+            ] {
+                assert_eq!(
+                    decide(&f.input(&m, CREATED + 1), Some(&outcome)),
+                    CreationStep::CallInitializeMachine {
+                        record: None,
+                        vm: VmInfo::recorded(&m)
+                    },
+                    "{outcome:?}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -759,6 +825,46 @@ mod tests {
         let status = status.unwrap();
         assert_eq!(status.phase(), Some(MachinePhase::Pending));
         assert_eq!(status.last_known_state.as_deref(), Some("state-1"));
+    }
+
+    /// Spec 002 section 11 sends a machine whose initialization fails to CrashLoopBackOff and, as any creation
+    /// failure, to Failed at the creation timeout. The creation timeout is the time a VM has to become a node:
+    /// a machine whose node is healthy is never failed by it (a provider outage must not replace healthy machines).
+    #[test]
+    fn a_machine_whose_node_is_ready_is_never_failed_by_the_creation_timeout() {
+        let f = Fixture::new();
+        let deadline = CREATED
+            + ControllerSettings::default()
+                .machine_creation_timeout
+                .as_secs()
+                .cast_signed();
+        let m = recorded(with_phase(new_machine(), MachinePhase::CrashLoopBackOff, "x"));
+        let mut input = f.input(&m, deadline + 60);
+        input.node_ready = true;
+        assert_eq!(decide(&input, None), CreationStep::CallGetMachineStatus);
+        let outcome = CallOutcome::InitializeMachine {
+            vm: VmInfo::recorded(&m),
+            result: Err(err(MachineCode::Unavailable)),
+        };
+        let CreationStep::RecordError {
+            status,
+            retry,
+            requeue_after,
+            ..
+        } = decide(&input, Some(&outcome))
+        else {
+            panic!("error")
+        };
+        assert_eq!(status.phase(), Some(MachinePhase::CrashLoopBackOff));
+        assert!(matches!(retry, RetryDecision::Retry { .. }));
+        assert_eq!(requeue_after, Some(retry.requeue_after()));
+        // Without a healthy node the same failure at the same instant is Failed.
+        input.node_ready = false;
+        assert!(matches!(decide(&input, None), CreationStep::Fail { .. }));
+        let CreationStep::RecordError { status, .. } = decide(&input, Some(&outcome)) else {
+            panic!("error")
+        };
+        assert_eq!(status.phase(), Some(MachinePhase::Failed));
     }
 
     #[test]
@@ -841,7 +947,25 @@ mod tests {
             node_name: "other".into(),
             addresses: vec![],
         };
-        let outcome = CallOutcome::GetMachineStatus(Ok(other));
+        let outcome = CallOutcome::GetMachineStatus(Ok(other.clone()));
+        let CreationStep::CallInitializeMachine { record, vm } =
+            decide(&f.input(&m, CREATED + 1), Some(&outcome))
+        else {
+            panic!("initialize")
+        };
+        assert_eq!(record, None);
+        assert_eq!(
+            vm.provider_id, "sim:///m-1",
+            "the recorded VM is the one initialized"
+        );
+        let outcome = CallOutcome::InitializeMachine {
+            vm,
+            result: Ok(InitializeMachineResponse {
+                provider_id: other.provider_id,
+                node_name: other.node_name,
+                addresses: vec![],
+            }),
+        };
         let CreationStep::Finish { record, status } = decide(&f.input(&m, CREATED + 1), Some(&outcome))
         else {
             panic!("finish")
@@ -855,6 +979,15 @@ mod tests {
         let f = Fixture::new();
         let m = recorded(with_phase(new_machine(), MachinePhase::CrashLoopBackOff, "x"));
         let outcome = CallOutcome::GetMachineStatus(Err(err(MachineCode::Unimplemented)));
+        let CreationStep::CallInitializeMachine { vm, .. } =
+            decide(&f.input(&m, CREATED + 1), Some(&outcome))
+        else {
+            panic!("initialize")
+        };
+        let outcome = CallOutcome::InitializeMachine {
+            vm,
+            result: Err(err(MachineCode::Unimplemented)),
+        };
         let CreationStep::Finish { status, .. } = decide(&f.input(&m, CREATED + 1), Some(&outcome)) else {
             panic!("finish")
         };
@@ -1062,16 +1195,21 @@ mod tests {
         );
 
         // Without a target cluster no node name is needed, and the machine becomes Available with its addresses.
-        let mut input = f.input(&m, CREATED + 1);
+        let mut adopted = new_machine();
+        adopted.spec.provider_id = "sim:///m-1".into();
+        let mut input = f.input(&adopted, CREATED + 1);
         input.has_target_cluster = false;
-        let outcome = CallOutcome::GetMachineStatus(Ok(GetMachineStatusResponse {
-            node_name: String::new(),
-            addresses: vec![NodeAddress {
-                address: "10.0.0.1".into(),
-                type_: "InternalIP".into(),
-            }],
-            ..vm()
-        }));
+        let outcome = CallOutcome::InitializeMachine {
+            vm: VmInfo::recorded(&adopted),
+            result: Ok(InitializeMachineResponse {
+                provider_id: "sim:///m-1".into(),
+                node_name: String::new(),
+                addresses: vec![NodeAddress {
+                    address: "10.0.0.1".into(),
+                    type_: "InternalIP".into(),
+                }],
+            }),
+        };
         let CreationStep::Finish { status, .. } = decide(&input, Some(&outcome)) else {
             panic!("finish")
         };
@@ -1118,12 +1256,15 @@ mod tests {
     #[test]
     fn repeating_a_finished_pass_writes_nothing() {
         let f = Fixture::new();
-        let m = new_machine();
-        let outcome = CallOutcome::GetMachineStatus(Ok(vm()));
+        let m = recorded(new_machine());
+        let outcome = CallOutcome::InitializeMachine {
+            vm: VmInfo::recorded(&m),
+            result: Ok(InitializeMachineResponse::default()),
+        };
         let CreationStep::Finish { status, .. } = decide(&f.input(&m, CREATED + 1), Some(&outcome)) else {
             panic!("finish")
         };
-        let mut applied = recorded(m);
+        let mut applied = m;
         let mut machine_status = MachineStatus::default();
         status.unwrap().apply(&mut machine_status);
         applied.status = Some(machine_status);

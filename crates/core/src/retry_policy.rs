@@ -60,8 +60,16 @@ pub enum RetryClass {
 }
 
 /// The class of `code` returned by `method`, from the spec's tables.
+///
+/// One addition to the tables: `InitializeMachine` errors its table does not list (`Unavailable`,
+/// `DeadlineExceeded`, `Unknown`: what our own gRPC client reports when the provider is unreachable or a call hits
+/// `--provider-call-timeout`, and any other code) are retried with back-off, as the reference retries every
+/// initialization error. Waiting for a change would leave a machine whose VM runs uninitialized for the safety
+/// resync, and the creation timeout would then replace a healthy machine after a short provider outage.
 pub fn retry_class(method: DriverMethod, code: MachineCode) -> RetryClass {
-    if retry::auto_retry(method, code) {
+    let unlisted_initialization_error =
+        method == DriverMethod::InitializeMachine && retry::rule_for(method, code).is_none();
+    if retry::auto_retry(method, code) || unlisted_initialization_error {
         RetryClass::Auto
     } else {
         RetryClass::AwaitChange
@@ -302,6 +310,41 @@ mod tests {
             retry_class(DriverMethod::CreateMachine, MachineCode::Internal),
             RetryClass::AwaitChange
         );
+    }
+
+    /// Issue: a provider unreachable for longer than a call (our client's Unavailable, DeadlineExceeded, Unknown)
+    /// left a machine waiting 10 minutes for a change, then the creation timeout replaced it. Every initialization
+    /// error the table does not list backs off and retries; the table's own N rows (skip initialization) stay.
+    #[test]
+    fn initialization_transport_errors_back_off_and_retry() {
+        for code in [
+            MachineCode::Unavailable,
+            MachineCode::DeadlineExceeded,
+            MachineCode::Unknown,
+            MachineCode::ResourceExhausted,
+        ] {
+            let decision = decide(
+                DriverMethod::InitializeMachine,
+                code,
+                1,
+                0.0,
+                &RetrySettings::default(),
+            );
+            assert_eq!(
+                decision,
+                RetryDecision::Retry {
+                    after: Duration::from_secs(5)
+                },
+                "{code:?}"
+            );
+        }
+        for code in [MachineCode::NotFound, MachineCode::Unimplemented] {
+            assert_eq!(
+                retry_class(DriverMethod::InitializeMachine, code),
+                RetryClass::AwaitChange,
+                "{code:?} skips initialization, it is never retried"
+            );
+        }
     }
 
     #[test]

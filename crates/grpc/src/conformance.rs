@@ -70,9 +70,9 @@ pub const CHECK_NAMES: [&str; 13] = [
     IDENTITY,
     CREATE_MACHINE,
     CREATE_MACHINE_IDEMPOTENT,
+    INITIALIZE_MACHINE,
     GET_MACHINE_STATUS,
     LIST_MACHINES,
-    INITIALIZE_MACHINE,
     INVALID_PROVIDER_SPEC,
     ERROR_MESSAGES,
     DELETE_MACHINE_IDEMPOTENT,
@@ -283,6 +283,13 @@ pub async fn run_with_timeout(driver: &GrpcDriver, input: &Input, call_timeout: 
         CREATE_MACHINE_IDEMPOTENT_REQUIREMENT,
         verdict(suite.create_machine_idempotent().await),
     ));
+    // Right after creation, as the machine controller does: a provider with something to initialise answers
+    // GetMachineStatus Uninitialized until then (spec 002 section 11).
+    checks.push(check(
+        INITIALIZE_MACHINE,
+        INITIALIZE_MACHINE_REQUIREMENT,
+        verdict(suite.initialize_machine().await),
+    ));
     checks.push(check(
         GET_MACHINE_STATUS,
         GET_MACHINE_STATUS_REQUIREMENT,
@@ -292,11 +299,6 @@ pub async fn run_with_timeout(driver: &GrpcDriver, input: &Input, call_timeout: 
         LIST_MACHINES,
         LIST_MACHINES_REQUIREMENT,
         verdict(suite.list_machines().await),
-    ));
-    checks.push(check(
-        INITIALIZE_MACHINE,
-        INITIALIZE_MACHINE_REQUIREMENT,
-        verdict(suite.initialize_machine().await),
     ));
     checks.push(check(
         INVALID_PROVIDER_SPEC,

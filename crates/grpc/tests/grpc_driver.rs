@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Secret;
 use mcm_api::{Machine, MachineClass};
 use mcm_driver::{
     CreateMachineRequest, DeleteMachineRequest, Driver, DriverMethod, GetMachineStatusRequest,
-    ListMachinesRequest, MachineCode,
+    InitializeMachineRequest, ListMachinesRequest, MachineCode,
 };
 use mcm_grpc::{ClientOptions, Endpoint, GrpcDriver, ProviderInfo, TlsFiles};
 use mcm_provider_sim::{Fault, Latency, SimConfig, SimDriver, Target};
@@ -145,6 +145,24 @@ async fn calls_cross_a_unix_socket_unchanged() {
         again.provider_id, created.provider_id,
         "idempotent through the wire"
     );
+    // The sim has something to initialise: Uninitialized (code 17, not a gRPC code) crosses the wire unchanged
+    // until InitializeMachine succeeds.
+    let status_request = GetMachineStatusRequest {
+        machine: machine("m-1"),
+        machine_class: class(),
+        secret: secret(),
+    };
+    let err = client.get_machine_status(&status_request).await.unwrap_err();
+    assert_eq!(err.code, MachineCode::Uninitialized);
+    let initialized = client
+        .initialize_machine(&InitializeMachineRequest {
+            machine: machine("m-1"),
+            machine_class: class(),
+            secret: secret(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(initialized.provider_id, created.provider_id);
     let status = client
         .get_machine_status(&GetMachineStatusRequest {
             machine: machine("m-1"),

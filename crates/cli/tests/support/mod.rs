@@ -315,6 +315,26 @@ impl Server {
         child.wait().expect("reap");
     }
 
+    /// Pauses the server with SIGSTOP (through the `kill` command): connections are accepted by the kernel, nothing
+    /// answers, as with a hung API server. [`Server::resume`] continues it.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Continues a paused server (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let child = self.child.as_ref().expect("the server is running");
+        let sent = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill {signal} failed");
+    }
+
     /// Starts the server again on the same data directory, without `--port` (it must reuse its port).
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "stop the server first");

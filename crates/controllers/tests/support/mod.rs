@@ -110,11 +110,6 @@ impl Cluster {
     /// [`Cluster::start_without_controller`] with the server's admission of the machine kinds on or off (off: invalid
     /// objects are stored, as on a cluster without the admission policy).
     pub async fn start_with_admission(settings: ControllerSettings, admission: bool) -> Self {
-        Self::start_with_sim(settings, admission, SimConfig::default()).await
-    }
-
-    /// [`Cluster::start_with_admission`] with the sim provider configured by `sim`.
-    pub async fn start_with_sim(settings: ControllerSettings, admission: bool, sim: SimConfig) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
         let mut config = ServerConfig::new(dir.path());
         config.in_memory = true;
@@ -124,7 +119,7 @@ impl Cluster {
         config.node_monitor_period = Duration::from_millis(200);
         let server = ApiServer::start(config).await.expect("the API server starts");
         let client = client_for(&server).await;
-        let driver = SimDriver::new(sim);
+        let driver = SimDriver::new(SimConfig::default());
         let kubelet = Kubelet::start(
             &driver,
             client.clone(),
@@ -154,22 +149,33 @@ impl Cluster {
     /// Starts a machine controller (a new one: nothing in memory from an earlier one) against the same server and
     /// provider.
     pub fn start_controller(&mut self) {
-        self.spawn_controller(None);
+        self.spawn_controller(None, None);
+    }
+
+    /// [`Cluster::start_controller`] talking to the provider through `driver` (e.g. a gRPC client of the sim served
+    /// on a socket) instead of the sim in process.
+    pub fn start_controller_with_driver(&mut self, driver: Arc<dyn mcm_driver::Driver>) {
+        self.spawn_controller(None, Some(driver));
     }
 
     /// [`Cluster::start_controller`] with `metrics`: the machine cache feeds it at scrape time, the step durations
     /// and the reconciles are recorded in it.
     pub fn start_controller_with_metrics(&mut self, metrics: Arc<mcm_controllers::metrics::Metrics>) {
-        self.spawn_controller(Some(metrics));
+        self.spawn_controller(Some(metrics), None);
     }
 
-    fn spawn_controller(&mut self, metrics: Option<Arc<mcm_controllers::metrics::Metrics>>) {
+    fn spawn_controller(
+        &mut self,
+        metrics: Option<Arc<mcm_controllers::metrics::Metrics>>,
+        driver: Option<Arc<dyn mcm_driver::Driver>>,
+    ) {
         assert!(self.controller.is_none(), "one controller at a time");
+        let driver = driver.unwrap_or_else(|| Arc::new(self.driver.clone()));
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(machine::run_with_metrics(
             self.client.clone(),
             Some(self.client.clone()),
-            Arc::new(self.driver.clone()),
+            driver,
             Config {
                 namespace: NAMESPACE.into(),
                 settings: self.settings.clone(),

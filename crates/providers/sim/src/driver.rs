@@ -44,11 +44,6 @@ pub struct SimConfig {
     pub method_latency: BTreeMap<DriverMethod, Latency>,
     /// Seed of the RNG behind [`Latency::Range`] and [`crate::Target::Random`] (default 0).
     pub seed: u64,
-    /// Whether a new VM needs InitializeMachine: until one succeeds for it, GetMachineStatus answers `Uninitialized`
-    /// (spec 002 section 11), as a provider whose VMs need post-create initialization does (the AWS provider for
-    /// source/destination checks and IPv6 prefixes). Default false: only a failed InitializeMachine leaves a VM
-    /// uninitialized.
-    pub initialization_required: bool,
 }
 
 impl Default for SimConfig {
@@ -57,7 +52,6 @@ impl Default for SimConfig {
             latency: Latency::None,
             method_latency: BTreeMap::new(),
             seed: 0,
-            initialization_required: false,
         }
     }
 }
@@ -132,9 +126,6 @@ pub struct Vm {
     pub created_at: jiff::Timestamp,
     /// The VM's internal IP address (10.0.0.0/8, one per VM).
     pub internal_ip: String,
-    /// Whether an InitializeMachine for the VM has succeeded (spec 002 section 11: the controller initializes every
-    /// VM it creates; the crash tests check that none is left out).
-    pub initialized: bool,
     /// Order of creation, unique per driver.
     pub(crate) id: u64,
     /// When the VM was created, on the monotonic clock (for the kubelet's boot delay).
@@ -167,11 +158,12 @@ pub(crate) struct State {
     pub(crate) calls_by_machine: BTreeMap<(DriverMethod, String), u64>,
     /// When the last [`CALL_LOG_LENGTH`] calls per method and machine arrived (for back-off tests).
     pub(crate) call_log: BTreeMap<(DriverMethod, String), std::collections::VecDeque<Instant>>,
-    /// VMs (by id) whose InitializeMachine answered `Uninitialized`: GetMachineStatus answers `Uninitialized` for
-    /// them until an InitializeMachine succeeds (spec 002 section 11).
+    /// VMs (by id) not initialized yet: every new VM until an InitializeMachine succeeds for it. GetMachineStatus
+    /// answers `Uninitialized` for them (spec 002 section 11: the sim has something to initialise).
     pub(crate) uninitialized: std::collections::BTreeSet<u64>,
-    /// [`SimConfig::initialization_required`].
-    initialization_required: bool,
+    /// GetMachineStatus answers OK for uninitialized VMs (a provider breaking spec 002 section 11; see
+    /// [`crate::Faults::hide_uninitialized`]).
+    pub(crate) hide_uninitialized: bool,
     pub(crate) default_latency: Latency,
     pub(crate) method_latency: BTreeMap<DriverMethod, Latency>,
     pub(crate) node_faults: BTreeMap<String, NodeFaults>,
@@ -327,7 +319,7 @@ impl SimDriver {
             calls_by_machine: BTreeMap::new(),
             call_log: BTreeMap::new(),
             uninitialized: std::collections::BTreeSet::new(),
-            initialization_required: config.initialization_required,
+            hide_uninitialized: false,
             default_latency: config.latency,
             method_latency: config.method_latency,
             node_faults: BTreeMap::new(),
@@ -345,6 +337,19 @@ impl SimDriver {
         Faults {
             shared: Arc::clone(&self.shared),
         }
+    }
+
+    /// The machine names of the VMs whose initialization has not succeeded yet, sorted.
+    pub fn uninitialized_machines(&self) -> Vec<String> {
+        let state = self.shared.lock();
+        let mut names: Vec<String> = state
+            .uninitialized
+            .iter()
+            .filter_map(|id| state.vms.get(id))
+            .map(|vm| vm.machine_name.clone())
+            .collect();
+        names.sort();
+        names
     }
 
     /// A snapshot of every VM, oldest first.
@@ -476,13 +481,10 @@ impl Driver for SimDriver {
                 user_data: UserData::of(&request.secret),
                 created_at: jiff::Timestamp::now(),
                 internal_ip: String::new(),
-                initialized: false,
                 id: 0,
                 created: Instant::now(),
             });
-            if state.initialization_required {
-                state.uninitialized.insert(vm.id);
-            }
+            state.uninitialized.insert(vm.id);
             tracing::debug!(provider_id = vm.provider_id, "sim VM created");
             (Ok(response(&vm)), true)
         })
@@ -513,9 +515,6 @@ impl Driver for SimDriver {
                 });
                 let result = result.map(|(id, response)| {
                     state.uninitialized.remove(&id);
-                    if let Some(vm) = state.vms.get_mut(&id) {
-                        vm.initialized = true;
-                    }
                     response
                 });
                 (result, false)
@@ -578,13 +577,15 @@ impl Driver for SimDriver {
                     // Spec 002 section 11: "If the instance associated with machine exists, but the instance was
                     // not initialized as expected, the provider implementations of GetMachineStatus should return
                     // an error: status.Error(codes.Initialization)".
-                    [vm] if state.uninitialized.contains(&vm.id) => Err(DriverError::new(
-                        MachineCode::Uninitialized,
-                        format!(
-                            "VM {} of machine {}/{} exists but is not initialized",
-                            vm.provider_id, subject.namespace, subject.name
-                        ),
-                    )),
+                    [vm] if state.uninitialized.contains(&vm.id) && !state.hide_uninitialized => {
+                        Err(DriverError::new(
+                            MachineCode::Uninitialized,
+                            format!(
+                                "VM {} of machine {}/{} exists but is not initialized",
+                                vm.provider_id, subject.namespace, subject.name
+                            ),
+                        ))
+                    }
                     [vm] => Ok(GetMachineStatusResponse {
                         provider_id: vm.provider_id.clone(),
                         node_name: vm.node_name.clone(),

@@ -344,6 +344,13 @@ impl Faults {
         self.shared.lock().default_latency = latency;
     }
 
+    /// With `true`, GetMachineStatus answers OK for a VM whose initialization has not succeeded, as a provider that
+    /// breaks spec 002 section 11 would (the sim still knows: [`crate::SimDriver::uninitialized_machines`]). For
+    /// tests that the controller does not rely on providers alone to finish an initialization.
+    pub fn hide_uninitialized(&self, hide: bool) {
+        self.shared.lock().hide_uninitialized = hide;
+    }
+
     /// Makes every VM of this machine name disappear from the provider, as if deleted behind its back; returns
     /// how many went. The kubelet stops heartbeating the node (it does not delete it).
     pub fn vanish(&self, machine: &str) -> usize {

@@ -365,6 +365,10 @@ async fn get_machine_status_of_an_existing_vm_answers_its_provider_id_node_name_
     // `GetMachineStatusResponse` fields are to be filled similar to the `CreateMachineResponse`."
     let driver = SimDriver::default();
     let created = driver.create_machine(&create("m1", &class())).await.unwrap();
+    driver
+        .initialize_machine(&initialize("m1", &class()))
+        .await
+        .unwrap();
     let found = driver.get_machine_status(&status("m1", &class())).await.unwrap();
     assert_eq!(found.provider_id, created.provider_id);
     assert_eq!(found.node_name, created.node_name);
@@ -497,6 +501,13 @@ async fn get_machine_status_answers_uninitialized_until_initialize_machine_succe
     // status.Error(codes.Initialization)".
     let driver = SimDriver::default();
     driver.create_machine(&create("m1", &class())).await.unwrap();
+    // A new VM is not initialized: the sim has something to initialise.
+    let err = driver
+        .get_machine_status(&status("m1", &class()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code, MachineCode::Uninitialized);
+    assert_eq!(driver.uninitialized_machines(), ["m1"]);
     driver
         .faults()
         .inject(Fault::new(DriverMethod::InitializeMachine, MachineCode::Uninitialized).times(1));
@@ -521,6 +532,7 @@ async fn get_machine_status_answers_uninitialized_until_initialize_machine_succe
         .get_machine_status(&status("m1", &class()))
         .await
         .expect("an initialized VM is found");
+    assert!(driver.uninitialized_machines().is_empty());
 }
 
 #[tokio::test]
@@ -665,7 +677,6 @@ async fn a_configured_latency_delays_each_call_of_its_method() {
             },
         )]),
         seed: 1,
-        ..SimConfig::default()
     });
     let started = Instant::now();
     driver.create_machine(&create("m1", &class())).await.unwrap();
