@@ -126,6 +126,7 @@ impl Deletion<'_> {
             let plan = deletion::decide(&self.input(&machine, &pass));
             if let Some(write) = &plan.write {
                 machine = self.write(&machine, write).await?;
+                crash_point!(DeletionStepWrite, &name);
             }
             let outcome = match &plan.action {
                 DeletionAction::Nothing => return Ok(None),
@@ -228,6 +229,7 @@ impl Deletion<'_> {
                     StepOutcome::RemoveFinalizer(result.map_err(|e| e.to_string()))
                 }
             };
+            crash_point!(step plan.step, &name);
             let after = deletion::after(&self.input(&machine, &pass), &outcome);
             let failed = after.retry.is_some()
                 || after
@@ -237,9 +239,11 @@ impl Deletion<'_> {
             self.memory.set_failures(&name, failed);
             if let Some(node) = &after.node_label {
                 machine = self.label_node(&machine, node).await?;
+                crash_point!(DeletionNodeLabel, &name);
             }
             if let Some(write) = &after.write {
                 machine = self.write(&machine, write).await?;
+                crash_point!(DeletionNextStepWrite, &name);
             }
             match (after.next, after.requeue_after) {
                 (None, _) => {
@@ -366,6 +370,7 @@ impl Deletion<'_> {
         {
             return NodeDeletion::Failed(format!("removing the node finalizer: {err}"));
         }
+        crash_point!(DeletionNodeFinalizer, node);
         match api.delete(node, &DeleteParams::default()).await {
             Ok(_) => NodeDeletion::Deleted,
             Err(kube::Error::Api(status)) if status.code == 404 => NodeDeletion::NotFound,

@@ -91,6 +91,7 @@ impl DrainPass<'_> {
         {
             return api_error("cordoning the node", &err);
         }
+        crash_point!(DrainCordon, self.node);
         let pods: Api<Pod> = Api::all(self.target.clone());
         let listed = match pods
             .list(&ListParams::default().fields(&format!("spec.nodeName={}", self.node)))
@@ -135,6 +136,7 @@ impl DrainPass<'_> {
                 Err(outcome) => return outcome,
             }
         }
+        crash_point!(DrainEvictions, self.node);
 
         match self.move_volume_pod(&node, &listed, &plan, &pdbs, tracker).await {
             Ok(Some(refusal)) if refusal.misconfigured => return DrainOutcome::Blocked(refusal),
@@ -189,6 +191,7 @@ impl DrainPass<'_> {
                 .map(|pod| self.delete_now(pod)),
         )
         .await;
+        crash_point!(DrainForceDeletions, self.node);
         let mut failed = None;
         for result in results {
             match result {
@@ -325,6 +328,7 @@ impl DrainPass<'_> {
         };
         let (pvs, volume_ids) = self.volumes_of(pod, listed).await?;
         let result = self.evict(pod).await;
+        crash_point!(DrainVolumePod, self.node);
         let evicted = result.is_ok();
         let blocker = self.settle(pod, result, pdbs, tracker).await?;
         if evicted {

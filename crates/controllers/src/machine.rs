@@ -449,6 +449,7 @@ async fn write_status(ctx: &Context, machine: &Machine, update: &StatusUpdate) -
             &Patch::Merge(update.merge_patch()),
         )
         .await?;
+    crash_point!(status update.phase(), &machine.name_any());
     let key = format!("machine/{}", machine.name_any());
     ctx.wrote(
         &key,
@@ -515,6 +516,7 @@ async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, E
                 &Patch::Merge(json!({ "metadata": { "finalizers": list } })),
             )
             .await?;
+        crash_point!(MachineFinalizer, &name);
         return Ok(Action::await_change());
     }
     if mcm_core::migration::needs_migration(&machine.spec.class) {
@@ -826,6 +828,7 @@ async fn create(
             CreationStep::CallInitializeMachine { record, vm } => {
                 if let Some(record) = record {
                     machine = apply_record(ctx, &machine, &record).await?;
+                    crash_point!(CreateRecord, &name);
                 }
                 let (m, c, s) = request_parts(&machine, class, secret);
                 let started = std::time::Instant::now();
@@ -845,6 +848,7 @@ async fn create(
             CreationStep::Finish { record, status } => {
                 if let Some(record) = record {
                     machine = apply_record(ctx, &machine, &record).await?;
+                    crash_point!(CreateFinishRecord, &name);
                 }
                 if let Some(status) = status {
                     write_status(ctx, &machine, &status).await?;
@@ -927,6 +931,7 @@ async fn create(
                 return Ok(Action::await_change());
             }
         };
+        crash_point!(call last.as_ref(), &name);
     }
     Ok(Action::requeue(Duration::from_secs(1)))
 }
@@ -1132,6 +1137,7 @@ async fn sync_node(machine: &Machine, class: &MachineClass, node: &Node, ctx: &C
             node.resource_version(),
             written.resource_version().as_deref(),
         );
+        crash_point!(MachineNodeSync, &machine.name_any());
     }
     if let Some(patch) = plan.status_patch {
         api.patch_status(&node.name_any(), &PatchParams::default(), &Patch::Merge(patch))

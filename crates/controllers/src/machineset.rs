@@ -213,6 +213,7 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
                 tracing::warn!(set = %name, machine = %machine.name_any(), error = %err, "adoption failed");
             }
         }
+        crash_point!(SetAdopt, &name);
     }
     for machine in &claims.release {
         let _ = ctx
@@ -265,6 +266,7 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
             ctx.sets()
                 .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
                 .await?;
+            crash_point!(SetFinalizer, &name);
         }
         // The set's own change reconciles it again, with the finalizer in place.
         return Ok(Action::await_change());
@@ -291,6 +293,7 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
             .await
         {
             Ok(_) => {
+                crash_point!(SetDeleteMachine, &name);
                 ctx.recorder
                     .record(
                         &*set,
@@ -347,6 +350,7 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
                     }
                 }
             }
+            crash_point!(SetCreateMachines, &name);
             if failed {
                 break 'batches;
             }
@@ -379,6 +383,7 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
                 &Patch::Merge(status.update.merge_patch()),
             )
             .await?;
+        crash_point!(SetStatus, &name);
     }
     let requeue = [plan.requeue_after, status.recheck_after, Some(ctx.config.resync)]
         .into_iter()

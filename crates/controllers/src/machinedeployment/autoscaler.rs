@@ -108,7 +108,9 @@ pub(super) async fn mark_nodes(
             .patch(node_name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => {}
+            Ok(_) => {
+                crash_point!(RolloutNodeMarks, node_name);
+            }
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
                 marked.retry_soon = true;
             }

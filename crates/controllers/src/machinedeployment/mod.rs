@@ -639,6 +639,7 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
         let set = new_set(&deployment, &owned, replicas, fenceposts);
         match ctx.set_api().create(&PostParams::default(), &set).await {
             Ok(set) => {
+                crash_point!(RolloutCreateSet, &name);
                 ctx.recorder
                     .record(
                         &*deployment,
@@ -737,6 +738,7 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
         ctx.set_api()
             .patch(set, &PatchParams::default(), &Patch::Merge(patch))
             .await?;
+        crash_point!(RolloutPatchSet, &name);
     }
     for (set, before, after) in scaled {
         let direction = if after >= before { "up" } else { "down" };
@@ -781,7 +783,9 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
                 .delete(&set.name_any(), &DeleteParams::default())
                 .await
             {
-                Ok(_) => {}
+                Ok(_) => {
+                    crash_point!(RolloutCleanup, &name);
+                }
                 Err(kube::Error::Api(status)) if status.code == 404 => {}
                 Err(err) => return Err(err.into()),
             }
@@ -808,6 +812,7 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
                 &Patch::Merge(json!({ "metadata": { "annotations": { keys::annotations::REVISION: revision.to_string() } } })),
             )
             .await?;
+        crash_point!(RolloutRevision, &name);
     }
 
     let counts = rollout::status_counts(new_view.as_ref(), &old_views);
@@ -925,6 +930,7 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
                 &Patch::Merge(status_patch(&status)),
             )
             .await?;
+        crash_point!(RolloutStatus, &name);
     }
     Ok(Action::requeue(requeue))
 }

@@ -270,6 +270,14 @@ impl Cluster {
         }
     }
 
+    /// Kills the MachineSet and MachineDeployment controllers as a crash would.
+    pub async fn kill_set_controllers(&mut self) {
+        for controller in self.set_controllers.drain(..) {
+            controller.task.abort();
+            let _ = controller.task.await;
+        }
+    }
+
     /// Stops everything.
     pub async fn stop(mut self) {
         for controller in self.set_controllers.drain(..) {
