@@ -1,0 +1,194 @@
+//! The whole flow against a simulated world, with crashes at every step.
+
+use k8s_openapi::api::core::v1::Node;
+use mcm_api::{Machine, keys::labels};
+use mcm_driver::{DeleteMachineResponse, GetMachineStatusResponse, MachineCode};
+
+use crate::drain::DrainOutcome;
+
+use mcm_api::MachineStatus;
+use pretty_assertions::assert_eq;
+use proptest::prelude::*;
+
+use super::*;
+
+/// A simulated world: the VM, the node, and counters.
+#[derive(Debug)]
+struct World {
+    vm: bool,
+    node: Option<Node>,
+    vm_deletions: usize,
+    drains_after_vm_deletion: usize,
+    force: bool,
+}
+
+/// Performs `action` in the world and reports its outcome.
+fn act(world: &mut World, action: &DeletionAction) -> Option<StepOutcome> {
+    Some(match action {
+        DeletionAction::Nothing | DeletionAction::Hold(_) => return None,
+        DeletionAction::GetVmStatus => StepOutcome::GetVmStatus(if world.vm {
+            Ok(GetMachineStatusResponse::default())
+        } else {
+            Err(err(MachineCode::NotFound))
+        }),
+        DeletionAction::Drain { mode, .. } => {
+            if !world.vm {
+                world.drains_after_vm_deletion += 1;
+            }
+            StepOutcome::Drain {
+                force: mode.force.clone(),
+                outcome: DrainOutcome::Drained {
+                    evicted: 1,
+                    deleted: 0,
+                },
+            }
+        }
+        DeletionAction::DeleteVolumeAttachments { .. } => {
+            if let Some(status) = world.node.as_mut().and_then(|n| n.status.as_mut()) {
+                status.volumes_attached = None;
+            }
+            StepOutcome::VolumeAttachments(Ok(1))
+        }
+        DeletionAction::DeleteVm => {
+            if world.vm {
+                world.vm = false;
+                world.vm_deletions += 1;
+                StepOutcome::DeleteVm(Ok(DeleteMachineResponse::default()))
+            } else {
+                StepOutcome::DeleteVm(Err(err(MachineCode::NotFound)))
+            }
+        }
+        DeletionAction::DeleteNode { .. } => StepOutcome::DeleteNode(if world.node.take().is_some() {
+            NodeDeletion::Deleted
+        } else {
+            NodeDeletion::NotFound
+        }),
+        DeletionAction::RemoveFinalizer => StepOutcome::RemoveFinalizer(Ok(())),
+    })
+}
+
+fn apply(machine: &mut Machine, write: Option<&DeletionWrite>) {
+    if let Some(write) = write {
+        write
+            .status
+            .apply(machine.status.get_or_insert_with(MachineStatus::default));
+    }
+}
+
+/// Runs the flow to its end; `crashes[i]` says where pass `i` is cut short (0: not at all, 1: before the plan's
+/// write, 2: before the action, 3: before the write after it). Returns the steps whose actions ran, in order.
+fn run(f: &Fixture, world: &mut World, crashes: &[u8]) -> Vec<DeletionStep> {
+    let mut m = machine();
+    if world.force {
+        m.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(labels::FORCE_DELETION.into(), "true".into());
+    }
+    let mut acted = Vec::new();
+    for pass in 0..100 {
+        let crash = crashes.get(pass).copied().unwrap_or(0);
+        let input = f.input(&m, world.node.as_ref(), DELETED + i64::try_from(pass).unwrap());
+        let plan = decide(&input);
+        if plan.action == DeletionAction::Nothing {
+            return acted;
+        }
+        if crash == 1 {
+            continue;
+        }
+        let mut next = m.clone();
+        apply(&mut next, plan.write.as_ref());
+        if crash == 2 {
+            m = next;
+            continue;
+        }
+        let outcome = act(world, &plan.action).expect("no holds here");
+        acted.push(plan.step);
+        if crash == 3 {
+            m = next;
+            continue;
+        }
+        let input = f.input(&next, world.node.as_ref(), DELETED + i64::try_from(pass).unwrap());
+        let done = after(&input, &outcome);
+        apply(&mut next, done.write.as_ref());
+        if done.next.is_none() {
+            next.metadata.finalizers = Some(vec![]);
+        }
+        m = next;
+    }
+    panic!("the flow did not end: {acted:?}");
+}
+
+fn world(force: bool) -> World {
+    World {
+        vm: true,
+        node: Some(with_volumes(node("node-1"))),
+        vm_deletions: 0,
+        drains_after_vm_deletion: 0,
+        force,
+    }
+}
+
+#[test]
+fn the_whole_flow_runs_each_step_once() {
+    use DeletionStep as S;
+    let f = Fixture::new();
+    let mut w = world(false);
+    assert_eq!(
+        run(&f, &mut w, &[]),
+        [
+            S::GetVmStatus,
+            S::Drain,
+            S::DeleteVm,
+            S::DeleteNode,
+            S::RemoveFinalizer
+        ]
+    );
+    assert_eq!(w.vm_deletions, 1);
+    assert!(w.node.is_none());
+
+    // A force drain goes through the VolumeAttachments (the attachment is deleted once, then none is live).
+    let mut w = world(true);
+    assert_eq!(
+        run(&f, &mut w, &[]),
+        [
+            S::GetVmStatus,
+            S::Drain,
+            S::DeleteVolumeAttachments,
+            S::DeleteVm,
+            S::DeleteNode,
+            S::RemoveFinalizer
+        ]
+    );
+
+    // Without a target cluster: no drain, no node.
+    let mut f = Fixture::new();
+    f.target = false;
+    let mut w = world(false);
+    w.node = None;
+    assert_eq!(
+        run(&f, &mut w, &[]),
+        [S::GetVmStatus, S::DeleteVm, S::RemoveFinalizer]
+    );
+}
+
+proptest! {
+    #[test]
+    fn a_crash_anywhere_resumes_at_its_step_and_deletes_the_vm_once(
+        crashes in proptest::collection::vec(0u8..4, 0..25),
+        force in any::<bool>(),
+    ) {
+        let f = Fixture::new();
+        let mut w = world(force);
+        let acted = run(&f, &mut w, &crashes);
+        // The VM is deleted exactly once; repeated DeleteMachine calls find it gone (NotFound counts as done).
+        prop_assert_eq!(w.vm_deletions, 1);
+        prop_assert!(!w.vm);
+        prop_assert!(w.node.is_none(), "the node is deleted");
+        prop_assert_eq!(w.drains_after_vm_deletion, 0, "never a drain after the VM is gone");
+        // Steps only move forward: a crash repeats the step it was in, never an earlier one.
+        prop_assert!(acted.windows(2).all(|p| p[0] <= p[1]), "{:?}", acted);
+        prop_assert_eq!(acted.last().copied(), Some(DeletionStep::RemoveFinalizer));
+    }
+}
