@@ -1,0 +1,99 @@
+//! Tests of the drain decisions, one file per concern; the fixtures shared by them are here.
+
+mod disruption_budgets;
+mod force;
+mod outcome;
+mod pod_selection;
+mod volumes;
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{NodeCondition, Pod};
+use mcm_api::Machine;
+
+use crate::timeouts::EffectiveSettings;
+
+use k8s_openapi::{
+    api::core::v1::{PersistentVolumeClaimVolumeSource, PodSpec, Volume},
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+};
+
+use crate::timeouts::{ControllerSettings, effective_settings};
+
+use super::*;
+
+const DELETED: i64 = 1_000_000;
+
+fn at(second: i64) -> Timestamp {
+    Timestamp::from_second(second).unwrap()
+}
+
+fn settings() -> EffectiveSettings {
+    effective_settings(&Machine::default(), &ControllerSettings::default())
+}
+
+fn deleted_machine() -> Machine {
+    let mut m = Machine::default();
+    m.metadata.name = Some("m-1".into());
+    m.metadata.deletion_timestamp = Some(Time(at(DELETED)));
+    m
+}
+
+fn condition(type_: &str, status: &str, since: Option<i64>) -> NodeCondition {
+    NodeCondition {
+        type_: type_.into(),
+        status: status.into(),
+        last_transition_time: since.map(|s| Time(at(s))),
+        ..NodeCondition::default()
+    }
+}
+
+fn pod(name: &str) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(format!("uid-{name}")),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some("node-1".into()),
+            ..PodSpec::default()
+        }),
+        ..Pod::default()
+    }
+}
+
+fn labelled(mut p: Pod, key: &str, value: &str) -> Pod {
+    p.metadata
+        .labels
+        .get_or_insert_with(BTreeMap::new)
+        .insert(key.into(), value.into());
+    p
+}
+
+fn with_claim(mut p: Pod, claim: &str) -> Pod {
+    p.spec
+        .get_or_insert_with(PodSpec::default)
+        .volumes
+        .get_or_insert_with(Vec::new)
+        .push(Volume {
+            name: format!("vol-{claim}"),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.into(),
+                read_only: None,
+            }),
+            ..Volume::default()
+        });
+    p
+}
+
+fn with_priority(mut p: Pod, priority: i32) -> Pod {
+    p.spec.get_or_insert_with(PodSpec::default).priority = Some(priority);
+    p
+}
+
+fn names(pods: &[PodRef]) -> Vec<&str> {
+    pods.iter().map(|p| p.name.as_str()).collect()
+}
