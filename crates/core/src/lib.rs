@@ -4,46 +4,54 @@
 //! call to make, patch to apply, when to look again), and act on it. Everything here is deterministic: the current
 //! time, random numbers and the state of other objects are parameters.
 //!
-//! The machine controller's decisions (see `docs/machine-controller-decisions.md`):
-//! - [`retry_policy`]: what to do after a provider call failed, by method and machine code;
-//! - [`timeouts`]: the controller settings (flag defaults) and the effective per-machine values;
-//! - [`creation`]: the next step of the creation flow, CrashLoopBackOff and its deadline, the stale-node guard;
-//! - [`deletion`]: the deletion flow as persisted steps, lifecycle hooks, the controller's own machine;
-//! - [`drain`]: force rules, eviction retries, pod selection and order, PodDisruptionBudgets, volume waits;
-//! - [`health`]: health of a node and the phase transitions it drives;
-//! - [`remediation`]: how many unhealthy machines of a group may be replaced at once;
-//! - [`nodesync`]: the node template (labels, annotations, taints, virtual capacity) as minimal node patches;
-//! - [`userdata`]: userData placeholders and the bootstrap token;
-//! - [`descriptions`]: every lastOperation description, written and parsed in one place;
-//! - [`finalizers`]: when MachineClasses and Secrets get or lose their finalizers;
-//! - [`migration`]: moving machines from a class of another kind to a `MachineClass` (spec 000);
-//! - [`machineset`]: the MachineSet controller's ownership, expectations, replicas, deletion order and status;
-//! - [`rollout`]: the MachineDeployment arithmetic (template hash, maxSurge/maxUnavailable, rolling update, scaling);
-//! - [`status`]: the planned status change shared by the decisions;
-//! - [`validity`]: whether a MachineSet or MachineDeployment may be acted on, and how an invalid one reports itself.
+//! The modules, one line each, are listed below; `docs/machine-controller-decisions.md` explains the machine
+//! controller's decisions in prose.
 
+// The cluster-autoscaler's side of a deployment: the trigger-deletion handshake and the node marks of a rollout.
 pub mod autoscaler;
+// The next step of the creation flow, CrashLoopBackOff and its deadline, the stale-node guard.
 pub mod creation;
+// The deletion flow as persisted steps, lifecycle hooks, the controller's own machine.
 pub mod deletion;
+// Every lastOperation description, written and parsed in one place.
 pub mod descriptions;
+// Force rules, eviction retries, pod selection and order, PodDisruptionBudgets, volume waits.
 pub mod drain;
+// When MachineClasses and Secrets get or lose their finalizers.
 pub mod finalizers;
+// Health of a node and the phase transitions it drives.
 pub mod health;
+// Leader election on a Lease: acquire, renew, release, decided purely.
 pub mod leader;
+// The MachineSet controller's ownership, expectations, replicas, deletion order and status.
 pub mod machineset;
+// Moving machines from a class of another kind to a `MachineClass` (spec 000).
 pub mod migration;
+// The node template (labels, annotations, taints, virtual capacity) as minimal node patches.
 pub mod nodesync;
+// Semantic equality of Kubernetes quantities (`1Gi` = `1024Mi`).
 mod quantity;
+// The API server reachability freeze: an unreachable control or target API server freezes the machine controller.
 pub mod reachability;
+// Removing secret values from texts that reach users (descriptions, Events, logs).
 pub mod redact;
+// The remediation guard: which unhealthy machines of a group may be marked Failed (and so replaced) now.
 pub mod remediation;
+// What to do after a provider call failed, by method and machine code.
 pub mod retry_policy;
+// The MachineDeployment arithmetic (template hash, maxSurge/maxUnavailable, rolling update, scaling, progress).
 pub mod rollout;
+// Orphan VM collection and unmanaged nodes (the machine controller's safety loop).
 pub mod safety_orphans;
+// The safety controller's overshoot freeze of sets and deployments with too many machines.
 pub mod safety_overshoot;
+// The planned status change shared by the decisions.
 pub mod status;
+// The controller settings (flag defaults) and the effective per-machine values.
 pub mod timeouts;
+// userData placeholders and the bootstrap token.
 pub mod userdata;
+// Whether a MachineSet or MachineDeployment may be acted on, and how an invalid one reports itself.
 pub mod validity;
 
 pub use descriptions::{Description, Redactor};

@@ -1,6 +1,6 @@
 //! [`after`]: what a step's outcome leads to (the next step, a retry, a hold) and the status that persists it.
 //!
-//! Separate from [`super::decide`] because it runs after the action, on its result.
+//! Separate from [`decide`](fn@super::decide) because it runs after the action, on its result.
 
 use std::time::Duration;
 

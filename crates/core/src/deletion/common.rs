@@ -1,4 +1,4 @@
-//! Readers and status writes shared by [`super::decide`] and [`super::after`].
+//! Readers and status writes shared by [`decide`](fn@super::decide) and [`after`](fn@super::after).
 
 use jiff::Timestamp;
 use k8s_openapi::{api::core::v1::NodeCondition, apimachinery::pkg::apis::meta::v1::Time};

@@ -1,6 +1,6 @@
 //! What the deletion decisions take and return: the input, the plan and its action, a step's outcome, the next write.
 //!
-//! Separate so that [`super::decide`] and [`super::after`] share one vocabulary.
+//! Separate so that [`decide`](fn@super::decide) and [`after`](fn@super::after) share one vocabulary.
 
 use std::time::Duration;
 
@@ -88,7 +88,7 @@ pub enum DeletionAction {
         /// How to drain.
         mode: DrainMode,
     },
-    /// Delete the live VolumeAttachments of `node` ([`drain::live_volume_attachments`]); report
+    /// Delete the live VolumeAttachments of `node` ([`drain::live_volume_attachments`](crate::drain::live_volume_attachments)); report
     /// [`StepOutcome::VolumeAttachments`].
     DeleteVolumeAttachments {
         /// The node.

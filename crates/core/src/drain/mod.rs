@@ -43,9 +43,9 @@ pub const FORCE_MAX_EVICT_RETRIES: u32 = 1;
 pub const POD_GONE_SLACK: Duration = Duration::from_secs(30);
 /// Annotation of mirror pods (static pods shown by the kubelet); they are never evicted.
 pub const MIRROR_POD_ANNOTATION: &str = "kubernetes.io/config.mirror";
-/// Value of [`extensions::DRAIN_LABEL`] that leaves a pod alone.
+/// Value of [`extensions::DRAIN_LABEL`](mcm_api::keys::extensions::DRAIN_LABEL) that leaves a pod alone.
 pub const DRAIN_SKIP: &str = "skip";
-/// Value of [`extensions::DRAIN_LABEL`] that waits for a pod to finish instead of evicting it.
+/// Value of [`extensions::DRAIN_LABEL`](mcm_api::keys::extensions::DRAIN_LABEL) that waits for a pod to finish instead of evicting it.
 pub const DRAIN_WAIT_COMPLETED: &str = "wait-completed";
 /// Default grace period of a pod without `terminationGracePeriodSeconds` (Kubernetes' default).
 const DEFAULT_GRACE_PERIOD: Duration = Duration::from_secs(30);

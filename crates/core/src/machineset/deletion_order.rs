@@ -1,6 +1,6 @@
 //! Which machines go first on scale-down: delete policies, priorities, preservation and the autoscaler's marks.
 //!
-//! Separate because the order is a self-contained ranking that [`super::decide`] only consumes.
+//! Separate because the order is a self-contained ranking that [`decide`](super::decide) only consumes.
 
 use std::{
     cmp::{Ordering, Reverse},

@@ -12,7 +12,7 @@ use super::common::{is_deleting, name_of};
 use crate::timeouts;
 
 /// What a set controller asked the API server for and its cache does not show yet (Kubernetes'
-/// `UIDTrackingControllerExpectations`). The controller keeps one per set, in memory; [`decide`] creates and deletes
+/// `UIDTrackingControllerExpectations`). The controller keeps one per set, in memory; [`decide`](super::decide) creates and deletes
 /// nothing while they are not met, so a cache that lags behind the controller's own writes never makes the set
 /// create a machine twice or delete one too many. (The reference tracks expectations but its check is commented out,
 /// "TODO: Fix working of expectations".)

@@ -29,7 +29,7 @@ use super::{BURST_REPLICAS, FREEZE_VALUE, SLOW_START_INITIAL_BATCH_SIZE};
 pub struct MachineSetInput<'a> {
     /// The set, as read (the reference GETs it from the API server).
     pub set: &'a MachineSet,
-    /// The machines the set owns ([`Claims::owned`] plus those adopted successfully), from the cache.
+    /// The machines the set owns ([`Claims::owned`](super::Claims::owned) plus those adopted successfully), from the cache.
     pub machines: &'a [&'a Machine],
     /// The set's expectations, after [`Expectations::observe`] on the cache.
     pub expectations: &'a Expectations,
@@ -141,9 +141,9 @@ impl fmt::Display for Hold {
 
 /// What the set controller does in one pass. Act in this order: add the finalizer; apply `propagate`; delete
 /// (raise [`Expectations::expect_deletion`] before each call, [`Expectations::deletion_failed`] after a failed one;
-/// NotFound counts as done); create `create` machines ([`machine_to_create`]) batch by batch as in
+/// NotFound counts as done); create `create` machines ([`machine_to_create`](super::machine_to_create)) batch by batch as in
 /// `create_batches`, stopping after the first batch with an error, and raise [`Expectations::expect_creation`] with
-/// the name of each created machine; remove the finalizer; then [`status`].
+/// the name of each created machine; remove the finalizer; then [`status`](fn@super::status).
 #[derive(Clone, Debug, Default, PartialEq)]
 #[must_use]
 pub struct MachineSetPlan {

@@ -38,7 +38,7 @@ pub fn copied_annotations(deployment: &MachineDeployment) -> BTreeMap<String, St
 /// `getNewMachineSet` on an existing set): the [`copied_annotations`] added or overwritten (and the effective creation
 /// timeout removed when the deployment dropped it), `revision` when the set's is lower (a set reused by a rollback
 /// becomes the newest revision), no PreferNoSchedule mark, and the template's `nodeTemplate`, machine configuration
-/// and `class.kind` — the parts [`equal_ignore_hash`] ignores, which the set controller then hands to the existing
+/// and `class.kind` — the parts [`equal_ignore_hash`](super::equal_ignore_hash) ignores, which the set controller then hands to the existing
 /// machines. `None` when the set is already in line.
 pub fn new_set_sync(deployment: &MachineDeployment, set: &MachineSet, revision: i64) -> Option<Value> {
     let theirs = set.metadata.annotations.clone().unwrap_or_default();

@@ -31,7 +31,7 @@ pub struct ProgressInput<'a> {
     pub previous: Option<(ConditionStatus, &'a str, Option<Timestamp>)>,
     /// `spec.paused`.
     pub paused: bool,
-    /// The phase [`step`] reported.
+    /// The phase [`step`](fn@super::step) reported.
     pub phase: RolloutPhase,
     /// The new set's name, if it exists.
     pub new_set: Option<&'a str>,

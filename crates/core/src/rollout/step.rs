@@ -16,17 +16,17 @@ pub struct RolloutInput<'a> {
     pub replicas: i32,
     /// The strategy (InPlaceUpdate is refused by validation; it is handled like RollingUpdate here).
     pub strategy: StrategyType,
-    /// [`fenceposts`] of the deployment.
+    /// [`fenceposts`](fn@super::fenceposts) of the deployment.
     pub fenceposts: Fenceposts,
     /// `spec.paused`.
     pub paused: bool,
-    /// The set whose template equals the deployment's ([`equal_ignore_hash`]; the oldest if several), if any.
+    /// The set whose template equals the deployment's ([`equal_ignore_hash`](super::equal_ignore_hash); the oldest if several), if any.
     pub new: Option<&'a SetView>,
     /// The deployment's other sets.
     pub old: &'a [SetView],
 }
 
-/// A set to scale: write `spec.replicas` = `replicas` and the [`replicas_annotations`].
+/// A set to scale: write `spec.replicas` = `replicas` and the [`replicas_annotations`](super::replicas_annotations).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Scale {
     /// The set's name.
@@ -51,7 +51,7 @@ pub enum RolloutPhase {
 }
 
 /// What the deployment controller does now. Apply `create_new` (the new set: template with the hash label,
-/// [`replicas_annotations`], the next revision), then `scale` in order, then the label changes.
+/// [`replicas_annotations`](super::replicas_annotations), the next revision), then `scale` in order, then the label changes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[must_use]
 pub struct RolloutPlan {

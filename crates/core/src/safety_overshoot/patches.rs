@@ -56,7 +56,7 @@ fn status_patch<T: serde::Serialize>(meta: &ObjectMeta, field: &str, conditions:
 pub enum ConditionChange {
     /// Set `Frozen=True` with this reason and message (replacing a Frozen condition of another status).
     Set {
-        /// The reason ([`reasons`]).
+        /// The reason ([`reasons`](super::reasons)).
         reason: &'static str,
         /// The message.
         message: String,

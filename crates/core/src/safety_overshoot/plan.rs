@@ -47,7 +47,7 @@ pub struct SetEvaluation {
     pub name: String,
     /// Its owning deployment's name.
     pub deployment: Option<String>,
-    /// Counted machines ([`counts_for`]).
+    /// Counted machines ([`counts_for`](super::counts_for)).
     pub machines: usize,
     /// Its thresholds.
     pub thresholds: Thresholds,
