@@ -4,8 +4,10 @@ use jiff::Timestamp;
 use mcm_api::{Machine, MachineOperationType, MachinePhase, MachineState};
 use mcm_driver::{DriverError, DriverMethod, MachineCode};
 
-use super::plan::{CallOutcome, CreationInput, CreationStep};
-use super::vm::{VmInfo, VmRecord};
+use super::{
+    plan::{CallOutcome, CreationInput, CreationStep},
+    vm::{VmInfo, VmRecord},
+};
 use crate::{
     descriptions::Description,
     retry_policy::{self},
@@ -122,7 +124,7 @@ pub fn decide(input: &CreationInput<'_>, last_call: Option<&CallOutcome>) -> Cre
 
 /// Record what the machine lacks of `vm`, then call `InitializeMachine`: the providerID is on the machine before the
 /// call, so that nothing after it can lead to a second VM.
-pub(super) fn initialize(machine: &Machine, vm: VmInfo) -> CreationStep {
+fn initialize(machine: &Machine, vm: VmInfo) -> CreationStep {
     CreationStep::CallInitializeMachine {
         record: VmRecord::for_vm(machine, &vm),
         vm,
@@ -206,7 +208,7 @@ fn failed_status(
     }
 }
 
-pub(super) fn fail(
+fn fail(
     input: &CreationInput<'_>,
     description: &Description,
     error_code: Option<MachineCode>,
@@ -234,7 +236,7 @@ fn missing_identity(input: &CreationInput<'_>, vm: &VmInfo, method: DriverMethod
     Some(record_error(input, method, &error))
 }
 
-pub(super) fn finish(input: &CreationInput<'_>, vm: &VmInfo, method: DriverMethod) -> CreationStep {
+fn finish(input: &CreationInput<'_>, vm: &VmInfo, method: DriverMethod) -> CreationStep {
     if let Some(step) = missing_identity(input, vm, method) {
         return step;
     }

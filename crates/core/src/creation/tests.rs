@@ -1,31 +1,26 @@
 //! Tests of the creation flow.
 
-use std::time::Duration;
+use std::{collections::BTreeMap, time::Duration};
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::NodeAddress;
+use k8s_openapi::{api::core::v1::NodeAddress, apimachinery::pkg::apis::meta::v1::Time};
 use mcm_api::{
-    Machine, MachineOperationType, MachinePhase, MachineState,
+    Machine, MachineOperationType, MachinePhase, MachineState, MachineStatus,
     keys::{annotations, labels},
 };
 use mcm_driver::{
     CreateMachineResponse, DriverError, DriverMethod, GetMachineStatusResponse, InitializeMachineResponse,
     MachineCode,
 };
+use pretty_assertions::assert_eq;
 use serde_json::json;
 
+use super::*;
 use crate::{
     descriptions::{Description, Redactor},
     retry_policy::RetryDecision,
     timeouts::ControllerSettings,
 };
-use std::collections::BTreeMap;
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use mcm_api::MachineStatus;
-use pretty_assertions::assert_eq;
-
-use super::*;
 
 fn at(second: i64) -> Timestamp {
     Timestamp::from_second(second).unwrap()

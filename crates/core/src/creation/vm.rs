@@ -83,7 +83,7 @@ impl From<&InitializeMachineResponse> for VmInfo {
     }
 }
 
-pub(super) fn node_label(machine: &Machine) -> Option<&str> {
+fn node_label(machine: &Machine) -> Option<&str> {
     machine
         .metadata
         .labels

@@ -7,11 +7,13 @@ use std::time::Duration;
 use mcm_api::keys::labels;
 use mcm_driver::{DeleteMachineResponse, DriverError, DriverMethod, GetMachineStatusResponse, MachineCode};
 
-use super::VOLUME_POLL_INTERVAL;
-use super::common::{conditions, machine_name, node_name, write};
-use super::description::DeletionDescription;
-use super::plan::{AfterStep, DeletionInput, NodeDeletion, StepOutcome};
-use super::steps::DeletionStep;
+use super::{
+    VOLUME_POLL_INTERVAL,
+    common::{conditions, machine_name, node_name, write},
+    description::DeletionDescription,
+    plan::{AfterStep, DeletionInput, NodeDeletion, StepOutcome},
+    steps::DeletionStep,
+};
 use crate::{
     drain::{self, DrainOutcome, ForceReason},
     retry_policy::{self, RetryClass, RetryDecision},

@@ -4,8 +4,10 @@ use jiff::Timestamp;
 use k8s_openapi::{api::core::v1::NodeCondition, apimachinery::pkg::apis::meta::v1::Time};
 use mcm_api::{CurrentStatus, LastOperation, Machine, MachineOperationType, MachinePhase, keys::labels};
 
-use super::description::DeletionDescription;
-use super::plan::{DeletionInput, DeletionWrite};
+use super::{
+    description::DeletionDescription,
+    plan::{DeletionInput, DeletionWrite},
+};
 use crate::status::StatusUpdate;
 
 pub(super) fn machine_name(machine: &Machine) -> String {
@@ -40,7 +42,7 @@ pub(super) fn conditions<'a>(input: &DeletionInput<'a>) -> &'a [NodeCondition] {
 }
 
 /// A Delete last operation with `description` at `now`.
-pub(super) fn operation(description: &DeletionDescription, now: Timestamp) -> LastOperation {
+fn operation(description: &DeletionDescription, now: Timestamp) -> LastOperation {
     LastOperation {
         description: description.to_string(),
         error_code: String::new(),

@@ -2,10 +2,12 @@
 
 use mcm_api::{Machine, MachinePhase, keys::finalizers};
 
-use super::common::{conditions, machine_name, node_name, terminating, write};
-use super::description::DeletionDescription;
-use super::plan::{DeletionAction, DeletionInput, DeletionPlan, DeletionWrite, Hold};
-use super::steps::{DeletionStep, HookKind, hooks};
+use super::{
+    common::{conditions, machine_name, node_name, terminating, write},
+    description::DeletionDescription,
+    plan::{DeletionAction, DeletionInput, DeletionPlan, DeletionWrite, Hold},
+    steps::{DeletionStep, HookKind, hooks},
+};
 use crate::drain::{self};
 
 /// Whether the machine carries this controller's finalizer.
@@ -131,7 +133,7 @@ fn merge(previous: Option<DeletionWrite>, mut next: DeletionWrite) -> DeletionWr
 }
 
 /// The machine runs on the controller's own node (spec 004).
-pub(super) fn controller_node(input: &DeletionInput<'_>) -> Option<String> {
+fn controller_node(input: &DeletionInput<'_>) -> Option<String> {
     let own = input.controller_node.filter(|n| !n.is_empty())?;
     node_name(input).filter(|node| node == own)
 }

@@ -28,6 +28,8 @@ mod steps;
 #[cfg(test)]
 mod tests;
 
+use std::time::Duration;
+
 pub use after::after;
 pub use decide::{current_step, decide, has_finalizer};
 pub use description::DeletionDescription;
@@ -35,8 +37,6 @@ pub use plan::{
     AfterStep, DeletionAction, DeletionInput, DeletionPlan, DeletionWrite, Hold, NodeDeletion, StepOutcome,
 };
 pub use steps::{DeletionStep, HookKind, hooks};
-
-use std::time::Duration;
 
 /// How often the VolumeAttachment step looks again while attachments are being deleted (the reference's 5s).
 pub const VOLUME_POLL_INTERVAL: Duration = Duration::from_secs(5);

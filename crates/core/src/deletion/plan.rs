@@ -9,8 +9,10 @@ use k8s_openapi::api::core::v1::Node;
 use mcm_api::Machine;
 use mcm_driver::{DeleteMachineResponse, DriverError, GetMachineStatusResponse};
 
-use super::description::DeletionDescription;
-use super::steps::{DeletionStep, HookKind};
+use super::{
+    description::DeletionDescription,
+    steps::{DeletionStep, HookKind},
+};
 use crate::{
     descriptions::Redactor,
     drain::{DrainMode, DrainOutcome, ForceReason},

@@ -6,8 +6,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::NodeCondition;
 use mcm_api::{Machine, keys::labels};
 
-use super::common::go;
-use super::{FORCE_MAX_EVICT_RETRIES, FORCE_TIMEOUT, READONLY_FILESYSTEM, READY};
+use super::{FORCE_MAX_EVICT_RETRIES, FORCE_TIMEOUT, READONLY_FILESYSTEM, READY, common::go};
 use crate::timeouts::{self, EffectiveSettings};
 
 /// Why a drain is forced (pods deleted with grace period 0, PodDisruptionBudgets not honoured, no waiting).

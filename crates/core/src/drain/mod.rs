@@ -21,6 +21,8 @@ mod pod_selection;
 mod tests;
 mod volumes;
 
+use std::time::Duration;
+
 pub use disruption_budgets::{Blocker, blocker, misconfigured_pdb, pdbs_for_pod, selector_matches};
 pub use force::{DrainMode, ForceReason, drain_mode, force_at, force_reason, max_evict_retries, parse_bool};
 pub use outcome::DrainOutcome;
@@ -32,8 +34,6 @@ pub use volumes::{
     is_attached_volume, live_volume_attachments, no_volumes_attached, pvs_to_track, volume_reattached,
     volumes_detached,
 };
-
-use std::time::Duration;
 
 /// A force drain gives up after this long (reference: `timeOutDuration = 1 * time.Minute` under force).
 pub const FORCE_TIMEOUT: Duration = Duration::from_mins(1);

@@ -2,8 +2,7 @@
 
 use std::{fmt, time::Duration};
 
-use super::common::go;
-use super::disruption_budgets::Blocker;
+use super::{common::go, disruption_budgets::Blocker};
 
 /// How a drain (or one pass of a drain) went, as the controller reports it. Its `Display` is the text that goes into
 /// `lastOperation.description` (through [`crate::deletion`]).
@@ -49,7 +48,7 @@ impl DrainOutcome {
 }
 
 /// `1 pod`, `3 pods`.
-pub(super) fn pods(n: usize) -> String {
+fn pods(n: usize) -> String {
     if n == 1 {
         "1 pod".to_owned()
     } else {

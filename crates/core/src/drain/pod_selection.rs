@@ -207,7 +207,7 @@ pub fn plan(node: &str, pods: &[Pod]) -> DrainPlan {
 }
 
 /// `spec.priority` (0 when unset, as the scheduler's default priority class).
-pub(super) fn priority(pod: &Pod) -> i32 {
+fn priority(pod: &Pod) -> i32 {
     pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
 }
 

@@ -14,8 +14,10 @@ use mcm_api::{
     keys::{annotations, extensions},
 };
 
-use super::common::{annotation, name_of};
-use super::{AUTO_PRESERVED, DEFAULT_PRIORITY, PRESERVE_VALUES};
+use super::{
+    AUTO_PRESERVED, DEFAULT_PRIORITY, PRESERVE_VALUES,
+    common::{annotation, name_of},
+};
 use crate::timeouts;
 
 /// A delete policy (Cluster API's `deletePolicy`, here the annotation `machine.sapcloud.io/delete-policy` on a

@@ -7,8 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use jiff::Timestamp;
 use mcm_api::Machine;
 
-use super::EXPECTATIONS_TIMEOUT;
-use super::common::{is_deleting, name_of};
+use super::{
+    EXPECTATIONS_TIMEOUT,
+    common::{is_deleting, name_of},
+};
 use crate::timeouts;
 
 /// What a set controller asked the API server for and its cache does not show yet (Kubernetes'

@@ -25,6 +25,8 @@ mod template;
 #[cfg(test)]
 mod tests;
 
+use std::time::Duration;
+
 pub use deletion_order::{
     DeletePolicy, DeletePolicyError, DeletionKey, DeletionOrder, PolicySource, delete_policy, is_preserved,
     keeps_failed_machine, marked_for_deletion_at, phase_rank, priority,
@@ -41,8 +43,6 @@ pub use plan::{
 pub use status::{ManageResult, ReplicaFailure, ReplicaFailureReason, SetStatusUpdate, StatusPlan, status};
 pub(crate) use template::merge_diff;
 pub use template::{effective_creation_timeout, generate_name, machine_to_create, propagation_patch};
-
-use std::time::Duration;
 
 /// The most machines a set creates, or deletes, in one pass (the reference's `BurstReplicas`).
 pub const BURST_REPLICAS: usize = 100;

@@ -8,8 +8,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use mcm_api::{Machine, MachineSet};
 use serde_json::{Map, Value, json};
 
-use super::MACHINE_SET_KIND;
-use super::common::{is_deleting, labels_of, set_is_deleting};
+use super::{
+    MACHINE_SET_KIND,
+    common::{is_deleting, labels_of, set_is_deleting},
+};
 use crate::drain::selector_matches;
 
 /// The controller reference of a machine: its owner reference with `controller: true`.

@@ -12,17 +12,19 @@ use mcm_api::{
 };
 use serde_json::Value;
 
-use super::common::{
-    annotation, has_finalizer, is_deleting, is_going, labels_of, min_duration, name_of, set_is_deleting,
-    until,
+use super::{
+    BURST_REPLICAS, FREEZE_VALUE, SLOW_START_INITIAL_BATCH_SIZE,
+    common::{
+        annotation, has_finalizer, is_deleting, is_going, labels_of, min_duration, name_of, set_is_deleting,
+        until,
+    },
+    deletion_order::{
+        DeletePolicy, DeletePolicyError, DeletionOrder, delete_policy, keeps_failed_machine,
+        marked_for_deletion_at, parse_time, preserve_expiry,
+    },
+    expectations::Expectations,
+    template::propagation_patch,
 };
-use super::deletion_order::{
-    DeletePolicy, DeletePolicyError, DeletionOrder, delete_policy, keeps_failed_machine,
-    marked_for_deletion_at, parse_time, preserve_expiry,
-};
-use super::expectations::Expectations;
-use super::template::propagation_patch;
-use super::{BURST_REPLICAS, FREEZE_VALUE, SLOW_START_INITIAL_BATCH_SIZE};
 
 /// What [`decide`] looks at.
 #[derive(Clone, Copy, Debug)]

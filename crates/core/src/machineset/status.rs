@@ -12,8 +12,10 @@ use mcm_api::{
 };
 use serde_json::{Map, Value, json};
 
-use super::common::{is_deleting, labels_of, name_of, until};
-use super::deletion_order::is_preserved;
+use super::{
+    common::{is_deleting, labels_of, name_of, until},
+    deletion_order::is_preserved,
+};
 use crate::timeouts;
 
 /// Why creating or deleting machines failed (the `ReplicaFailure` condition's reasons).
@@ -151,7 +153,7 @@ fn available_at(machine: &Machine, min_ready: Duration) -> Option<Timestamp> {
         .map(|since| timeouts::add(since.0, min_ready))
 }
 
-pub(super) fn count(n: usize) -> i32 {
+fn count(n: usize) -> i32 {
     i32::try_from(n).unwrap_or(i32::MAX)
 }
 
@@ -168,7 +170,7 @@ fn summary(set: &MachineSet, machine: &Machine) -> MachineSummary {
     }
 }
 
-pub(super) fn conditions(
+fn conditions(
     current: &[MachineSetCondition],
     result: &ManageResult,
     now: Timestamp,

@@ -9,8 +9,10 @@ use mcm_api::{
 };
 use serde_json::{Map, Value, json};
 
-use super::common::{annotation, is_going};
-use super::ownership::owner_reference;
+use super::{
+    common::{annotation, is_going},
+    ownership::owner_reference,
+};
 
 /// The effective creation timeout the set hands to its machines: the set's
 /// `node.machine.sapcloud.io/effective-creation-timeout` annotation (copied from its MachineDeployment), else the

@@ -3,9 +3,11 @@
 use jiff::Timestamp;
 use mcm_api::{MachineSet, keys::annotations};
 
-use super::fenceposts::Fenceposts;
-use super::sets::{SetView, annotation_number};
-use super::step::by_age;
+use super::{
+    fenceposts::Fenceposts,
+    sets::{SetView, annotation_number},
+    step::by_age,
+};
 use crate::timeouts;
 
 /// The set's revision (`deployment.kubernetes.io/revision`), if readable.

@@ -3,8 +3,10 @@
 use jiff::Timestamp;
 use mcm_api::ConditionStatus;
 
-use super::history::{StatusCounts, progress_deadline};
-use super::step::RolloutPhase;
+use super::{
+    history::{StatusCounts, progress_deadline},
+    step::RolloutPhase,
+};
 
 /// The Progressing condition's reasons (the reference's, with `MachineSet` for `ReplicaSet`).
 pub mod reasons {

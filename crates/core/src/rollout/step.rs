@@ -6,8 +6,7 @@ use std::{cmp::Ordering, collections::BTreeMap};
 
 use mcm_api::StrategyType;
 
-use super::fenceposts::Fenceposts;
-use super::sets::SetView;
+use super::{fenceposts::Fenceposts, sets::SetView};
 
 /// What [`step`] looks at.
 #[derive(Clone, Copy, Debug)]
@@ -392,7 +391,7 @@ fn scale_up_to_disable(old: &[SetView]) -> Vec<String> {
         .collect()
 }
 
-pub(super) fn rolling(replicas: i32, fp: Fenceposts, new: &SetView, old: &[SetView], plan: &mut RolloutPlan) {
+fn rolling(replicas: i32, fp: Fenceposts, new: &SetView, old: &[SetView], plan: &mut RolloutPlan) {
     if new.replicas > replicas {
         plan.scale.push(Scale {
             name: new.name.clone(),

@@ -10,8 +10,10 @@ use mcm_api::{
     keys::{annotations, labels},
 };
 
-use super::common::{NO_MAP, labels_of, name_of, namespace_of};
-use super::{DEFAULT_SAFETY_DOWN, DEFAULT_SAFETY_UP, MACHINE_DEPLOYMENT_KIND};
+use super::{
+    DEFAULT_SAFETY_DOWN, DEFAULT_SAFETY_UP, MACHINE_DEPLOYMENT_KIND,
+    common::{NO_MAP, labels_of, name_of, namespace_of},
+};
 use crate::{
     machineset::{FREEZE_VALUE, MACHINE_SET_KIND},
     rollout::{DEFAULT_FENCEPOST, scaled_value},

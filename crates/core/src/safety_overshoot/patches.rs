@@ -11,8 +11,10 @@ use mcm_api::{
 };
 use serde_json::{Map, Value, json};
 
-use super::counting::{has_unfreeze_annotation, is_frozen};
-use super::plan::{Desired, ObjectPatches};
+use super::{
+    counting::{has_unfreeze_annotation, is_frozen},
+    plan::{Desired, ObjectPatches},
+};
 use crate::machineset::FREEZE_VALUE;
 
 /// The metadata merge patch and the label transition for `meta` to reach `desired`.

@@ -4,12 +4,16 @@ use jiff::Timestamp;
 use mcm_api::{Machine, MachineDeployment, MachineSet, keys::annotations};
 use serde_json::Value;
 
-use super::common::{is_deleting, name_of};
-use super::counting::{
-    Settings, Thresholds, count, has_unfreeze_annotation, is_frozen, owning_deployment, thresholds,
+use super::{
+    MACHINE_DEPLOYMENT_KIND,
+    common::{is_deleting, name_of},
+    counting::{
+        Settings, Thresholds, count, has_unfreeze_annotation, is_frozen, owning_deployment, thresholds,
+    },
+    events,
+    patches::{ConditionChange, deployment_patches, set_patches},
+    reasons,
 };
-use super::patches::{ConditionChange, deployment_patches, set_patches};
-use super::{MACHINE_DEPLOYMENT_KIND, events, reasons};
 use crate::machineset::MACHINE_SET_KIND;
 
 /// What the safety controller looks at in one pass (the caches of one namespace).

@@ -5,13 +5,10 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use mcm_api::{MachineOperationType, MachinePhase, MachineState};
 use mcm_driver::{GetMachineStatusResponse, MachineCode};
-
-use crate::retry_policy::RetryDecision;
-
 use pretty_assertions::assert_eq;
 
 use super::*;
-use crate::deletion::steps::GET_VM_STATUS;
+use crate::{deletion::steps::GET_VM_STATUS, retry_policy::RetryDecision};
 
 #[test]
 fn machines_not_being_deleted_or_not_ours_are_left_alone() {

@@ -3,14 +3,10 @@
 use std::time::Duration;
 
 use mcm_api::MachineState;
-
-use crate::drain::{DrainOutcome, ForceReason};
-
 use pretty_assertions::assert_eq;
 
-use crate::drain::{Blocker, PodRef};
-
 use super::*;
+use crate::drain::{Blocker, DrainOutcome, ForceReason, PodRef};
 
 #[test]
 fn a_machine_without_a_node_skips_the_drain_within_the_pass() {

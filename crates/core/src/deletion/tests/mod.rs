@@ -6,29 +6,25 @@ mod teardown;
 mod whole_flow;
 mod wire_markers;
 
+use std::collections::BTreeMap;
+
 use jiff::Timestamp;
 use k8s_openapi::{
-    api::core::v1::{Node, NodeCondition},
-    apimachinery::pkg::apis::meta::v1::Time,
+    api::core::v1::{AttachedVolume, Node, NodeCondition, NodeStatus},
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
 };
 use mcm_api::{
-    Machine, MachinePhase, MachineState,
+    Machine, MachinePhase, MachineState, MachineStatus,
     keys::{finalizers, labels},
 };
 use mcm_driver::{DriverError, MachineCode};
 
-use crate::{descriptions::Redactor, retry_policy::RetrySettings, timeouts::EffectiveSettings};
-use std::collections::BTreeMap;
-
-use k8s_openapi::{
-    api::core::v1::{AttachedVolume, NodeStatus},
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
-};
-use mcm_api::MachineStatus;
-
-use crate::timeouts::{ControllerSettings, effective_settings};
-
 use super::*;
+use crate::{
+    descriptions::Redactor,
+    retry_policy::RetrySettings,
+    timeouts::{ControllerSettings, EffectiveSettings, effective_settings},
+};
 
 const DELETED: i64 = 1_000_000;
 

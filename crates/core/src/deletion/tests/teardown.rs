@@ -2,12 +2,10 @@
 
 use mcm_api::MachineState;
 use mcm_driver::{DeleteMachineResponse, DriverError, MachineCode};
-
-use crate::retry_policy::RetryDecision;
-
 use pretty_assertions::assert_eq;
 
 use super::*;
+use crate::retry_policy::RetryDecision;
 
 #[test]
 fn volume_attachments_are_deleted_until_none_is_live() {

@@ -1,16 +1,13 @@
 //! The whole flow against a simulated world, with crashes at every step.
 
 use k8s_openapi::api::core::v1::Node;
-use mcm_api::{Machine, keys::labels};
+use mcm_api::{Machine, MachineStatus, keys::labels};
 use mcm_driver::{DeleteMachineResponse, GetMachineStatusResponse, MachineCode};
-
-use crate::drain::DrainOutcome;
-
-use mcm_api::MachineStatus;
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 
 use super::*;
+use crate::drain::DrainOutcome;
 
 /// A simulated world: the VM, the node, and counters.
 #[derive(Debug)]

@@ -3,15 +3,11 @@
 use std::time::Duration;
 
 use mcm_driver::MachineCode;
-
-use crate::drain::{DrainOutcome, ForceReason};
-
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 
-use crate::drain::{Blocker, PodRef};
-
 use super::*;
+use crate::drain::{Blocker, DrainOutcome, ForceReason, PodRef};
 
 #[test]
 fn every_step_round_trips_through_its_marker() {

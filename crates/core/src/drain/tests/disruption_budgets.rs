@@ -3,13 +3,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::{
-    api::policy::v1::PodDisruptionBudget,
-    apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement},
-};
-
-use k8s_openapi::{
-    api::policy::v1::{PodDisruptionBudgetSpec, PodDisruptionBudgetStatus},
-    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+    api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus},
+    apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta, Time},
 };
 use pretty_assertions::assert_eq;
 

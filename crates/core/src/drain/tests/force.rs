@@ -3,7 +3,6 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use mcm_api::keys::labels;
-
 use pretty_assertions::assert_eq;
 
 use super::*;

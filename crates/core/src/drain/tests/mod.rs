@@ -9,19 +9,14 @@ mod volumes;
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{NodeCondition, Pod};
-use mcm_api::Machine;
-
-use crate::timeouts::EffectiveSettings;
-
 use k8s_openapi::{
-    api::core::v1::{PersistentVolumeClaimVolumeSource, PodSpec, Volume},
+    api::core::v1::{NodeCondition, PersistentVolumeClaimVolumeSource, Pod, PodSpec, Volume},
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
 };
-
-use crate::timeouts::{ControllerSettings, effective_settings};
+use mcm_api::Machine;
 
 use super::*;
+use crate::timeouts::{ControllerSettings, EffectiveSettings, effective_settings};
 
 const DELETED: i64 = 1_000_000;
 

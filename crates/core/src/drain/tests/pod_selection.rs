@@ -1,16 +1,15 @@
 //! Pod selection and order, and waiting for pods to go.
 
-use std::{collections::BTreeMap, time::Duration};
-
-use k8s_openapi::api::core::v1::Pod;
-use mcm_api::keys::extensions;
-
-use std::collections::BTreeSet;
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::Duration,
+};
 
 use k8s_openapi::{
-    api::core::v1::{EphemeralVolumeSource, PodStatus, Volume},
+    api::core::v1::{EphemeralVolumeSource, Pod, PodStatus, Volume},
     apimachinery::pkg::apis::meta::v1::{OwnerReference, Time},
 };
+use mcm_api::keys::extensions;
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 

@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::{core::v1::Node, storage::v1::VolumeAttachment};
-
 use k8s_openapi::{
     api::{
-        core::v1::{AttachedVolume, NodeStatus},
-        storage::v1::{VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus},
+        core::v1::{AttachedVolume, Node, NodeStatus},
+        storage::v1::{
+            VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus,
+        },
     },
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
 };

@@ -5,7 +5,6 @@ use mcm_api::{
     Machine, MachinePhase,
     keys::{annotations, extensions},
 };
-
 use pretty_assertions::assert_eq;
 
 use super::*;

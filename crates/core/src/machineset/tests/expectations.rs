@@ -2,7 +2,6 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use mcm_api::Machine;
-
 use pretty_assertions::assert_eq;
 
 use super::*;

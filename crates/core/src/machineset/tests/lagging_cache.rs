@@ -2,9 +2,7 @@
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use mcm_api::{Machine, MachinePhase, MachineSet};
-
-use mcm_api::MachineStatus;
+use mcm_api::{Machine, MachinePhase, MachineSet, MachineStatus};
 use proptest::prelude::*;
 
 use super::*;

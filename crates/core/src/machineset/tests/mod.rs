@@ -12,12 +12,12 @@ mod template;
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use mcm_api::{Machine, MachinePhase, MachineSet, keys::finalizers};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+use mcm_api::{
+    ClassSpec, Machine, MachinePhase, MachineSet, MachineSpec, MachineStatus, MachineTemplateSpec,
+    keys::finalizers,
+};
 use serde_json::Value;
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use mcm_api::{ClassSpec, MachineSpec, MachineStatus, MachineTemplateSpec};
 
 use super::*;
 use crate::machineset::common::name_of;

@@ -2,12 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference, Time};
 use mcm_api::Machine;
-use serde_json::Value;
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use pretty_assertions::assert_eq;
+use serde_json::Value;
 
 use super::*;
 

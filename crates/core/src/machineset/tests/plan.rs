@@ -2,13 +2,11 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use mcm_api::{
     Machine, MachinePhase,
     keys::{annotations, labels},
 };
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use pretty_assertions::assert_eq;
 
 use super::*;

@@ -8,18 +8,19 @@ use std::{
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use mcm_api::{
-    GoDuration, Machine, MachineConfiguration, MachinePhase,
+    GoDuration, Machine, MachineConfiguration, MachinePhase, NodeTemplateSpec,
     keys::{annotations, extensions},
 };
-
-use crate::timeouts;
-
-use mcm_api::NodeTemplateSpec;
 use proptest::prelude::*;
 
 use super::*;
-use crate::machineset::common::{annotation, is_going, name_of};
-use crate::machineset::deletion_order::preserve_expiry;
+use crate::{
+    machineset::{
+        common::{annotation, is_going, name_of},
+        deletion_order::preserve_expiry,
+    },
+    timeouts,
+};
 
 /// The reference's criteria, written as the reference states them (reference §5 ActiveMachines.Less, 1–5), to
 /// check [`DeletionOrder`] against. `Equal` where the reference has no opinion.

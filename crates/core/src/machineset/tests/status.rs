@@ -4,13 +4,11 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use mcm_api::{
-    ConditionStatus, Machine, MachinePhase, MachineSetCondition, MachineSetConditionType, MachineSetStatus,
-    MachineState, MachineSummary,
+    ConditionStatus, LastOperation, Machine, MachinePhase, MachineSetCondition, MachineSetConditionType,
+    MachineSetStatus, MachineState, MachineSummary,
 };
-use serde_json::{Value, json};
-
-use mcm_api::LastOperation;
 use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
 
 use super::*;
 

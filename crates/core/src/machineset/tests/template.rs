@@ -4,13 +4,11 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use mcm_api::{
-    GoDuration, MachinePhase,
+    GoDuration, MachinePhase, NodeTemplateSpec,
     keys::{annotations, finalizers},
 };
-use serde_json::json;
-
-use mcm_api::NodeTemplateSpec;
 use pretty_assertions::assert_eq;
+use serde_json::json;
 
 use super::*;
 use crate::machineset::common::annotation;

@@ -1,9 +1,7 @@
 //! maxSurge and maxUnavailable.
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use mcm_api::MachineDeployment;
-
-use mcm_api::{MachineDeploymentStrategy, RollingUpdateMachineDeployment};
+use mcm_api::{MachineDeployment, MachineDeploymentStrategy, RollingUpdateMachineDeployment};
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 

@@ -2,9 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use mcm_api::keys::labels;
-
-use mcm_api::{GoDuration, NodeTemplateSpec};
+use mcm_api::{GoDuration, NodeTemplateSpec, keys::labels};
 use pretty_assertions::assert_eq;
 
 use super::*;

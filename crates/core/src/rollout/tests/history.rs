@@ -2,10 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use mcm_api::{MachineSet, keys::annotations};
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use mcm_api::MachineSetStatus;
+use mcm_api::{MachineSet, MachineSetStatus, keys::annotations};
 use pretty_assertions::assert_eq;
 
 use super::*;

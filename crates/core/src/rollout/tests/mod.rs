@@ -11,9 +11,7 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::{apis::meta::v1::ObjectMeta, util::intstr::IntOrString};
-use mcm_api::{MachineTemplateSpec, StrategyType};
-
-use mcm_api::{ClassSpec, MachineSpec};
+use mcm_api::{ClassSpec, MachineSpec, MachineTemplateSpec, StrategyType};
 
 use super::*;
 

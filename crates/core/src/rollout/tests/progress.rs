@@ -4,9 +4,10 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use mcm_api::{ConditionStatus, MachineDeployment, MachineSet, MachineTemplateSpec, keys::annotations};
-
-use mcm_api::{GoDuration, NodeTemplateSpec};
+use mcm_api::{
+    ConditionStatus, GoDuration, MachineDeployment, MachineSet, MachineTemplateSpec, NodeTemplateSpec,
+    keys::annotations,
+};
 use pretty_assertions::assert_eq;
 
 use super::*;

@@ -3,20 +3,20 @@
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::apimachinery::pkg::{
+    apis::meta::v1::{LabelSelector, Time},
+    util::intstr::IntOrString,
+};
 use mcm_api::{
-    MachineDeployment, MachineSet, StrategyType,
+    Machine, MachineDeployment, MachinePhase, MachineSet, MachineStatus, RollingUpdateMachineDeployment,
+    StrategyType,
     keys::{annotations, labels},
 };
-
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
-use mcm_api::{Machine, MachinePhase, MachineStatus, RollingUpdateMachineDeployment};
 use pretty_assertions::assert_eq;
 use proptest::prelude::*;
 
-use crate::machineset;
-
 use super::*;
+use crate::machineset;
 
 fn count(n: usize) -> i32 {
     i32::try_from(n).unwrap()

@@ -1,7 +1,6 @@
 //! The rolling step, Recreate, OnDelete, rollbacks and completion.
 
 use mcm_api::StrategyType;
-
 use pretty_assertions::assert_eq;
 
 use super::*;

@@ -1,9 +1,8 @@
 //! Freezing and unfreezing deployments, and ownership.
 
 use mcm_api::{ConditionStatus, MachineDeploymentCondition, MachineDeploymentConditionType};
-use serde_json::json;
-
 use pretty_assertions::assert_eq;
+use serde_json::json;
 
 use super::*;
 

@@ -8,18 +8,18 @@ mod thresholds;
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use mcm_api::{
     ConditionStatus, Machine, MachineDeployment, MachineSet, MachineSetCondition, MachineSetConditionType,
     keys::{annotations, labels},
 };
 use serde_json::{Value, json};
 
-use crate::machineset::{FREEZE_VALUE, MACHINE_SET_KIND};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-
 use super::*;
-use crate::safety_overshoot::common::name_of;
+use crate::{
+    machineset::{FREEZE_VALUE, MACHINE_SET_KIND},
+    safety_overshoot::common::name_of,
+};
 
 const NS: &str = "default";
 

@@ -4,9 +4,8 @@ use mcm_api::{
     ConditionStatus, MachineDeployment, MachineDeploymentCondition, MachineDeploymentConditionType,
     MachineSet, MachineSetConditionType,
 };
-use serde_json::{Value, json};
-
 use proptest::prelude::*;
+use serde_json::{Value, json};
 
 use super::*;
 use crate::safety_overshoot::common::name_of;

@@ -4,9 +4,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use mcm_api::{ConditionStatus, MachineSet, MachineSetCondition, MachineSetConditionType, keys::labels};
-use serde_json::json;
-
 use pretty_assertions::assert_eq;
+use serde_json::json;
 
 use super::*;
 

@@ -2,9 +2,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use mcm_api::MachineDeployment;
-use serde_json::json;
-
 use pretty_assertions::assert_eq;
+use serde_json::json;
 
 use super::*;
 
