@@ -1,4 +1,6 @@
 //! [`decide`]: the next step of the creation flow, CrashLoopBackOff and its deadline, Failed, the stale-node guard.
+//!
+//! Separate from the types it uses because this is the flow itself; [`super::VmRecord`] and [`super::CreationStep`] are its vocabulary.
 
 use jiff::Timestamp;
 use mcm_api::{Machine, MachineOperationType, MachinePhase, MachineState};

@@ -1,4 +1,6 @@
 //! What the creation decision takes and returns: the input, the outcome of the last provider call, the next step.
+//!
+//! Separate so that the controller, which acts on a [`CreationStep`], reads the vocabulary without the flow.
 
 use std::time::Duration;
 

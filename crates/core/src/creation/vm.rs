@@ -1,5 +1,7 @@
 //! What the flow knows about a machine's VM ([`VmInfo`], from any provider answer) and what it records of it on the
 //! machine ([`VmRecord`]: providerID, node label, addresses; never overwritten once set).
+//!
+//! Separate because spec 003 (never two VMs, identity never overwritten) is enforced by these two types alone.
 
 use k8s_openapi::api::core::v1::NodeAddress;
 use mcm_api::{

@@ -1,4 +1,6 @@
 //! [`decide`]: the step a machine is at, the status to persist first and the action of this pass (hooks, skips, holds).
+//!
+//! Separate from [`after`](fn@super::after) because it runs before the action, on what the controller observed.
 
 use mcm_api::{Machine, MachinePhase, keys::finalizers};
 

@@ -1,4 +1,6 @@
 //! PodDisruptionBudgets: which ones cover a pod, which can never allow a disruption, and what blocks an eviction.
+//!
+//! Separate because budgets are matched by label selector, a concern of their own (the MachineSet reuses it).
 
 use std::{collections::BTreeMap, fmt};
 

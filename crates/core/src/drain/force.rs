@@ -1,4 +1,6 @@
 //! Force rules and the drain mode: when a drain is forced, its timeout and how often an eviction is retried.
+//!
+//! Separate because it is decided once per drain, before any pod is looked at.
 
 use std::{fmt, time::Duration};
 

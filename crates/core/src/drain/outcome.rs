@@ -1,4 +1,6 @@
 //! [`DrainOutcome`]: what a drain came to, and the text the deletion flow writes for it.
+//!
+//! Separate because it is the drain's report to the deletion flow, not part of the drain's decisions.
 
 use std::{fmt, time::Duration};
 

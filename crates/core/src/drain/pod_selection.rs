@@ -1,4 +1,6 @@
 //! Which pods a drain evicts, waits for or leaves alone, in what order, and when an evicted or awaited pod is gone.
+//!
+//! Separate because it is the per-pod part of a drain: it reads pods only.
 
 use std::{cmp::Reverse, fmt, time::Duration};
 

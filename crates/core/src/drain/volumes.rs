@@ -1,4 +1,6 @@
 //! Volumes: which PersistentVolumes a drain waits for, and when they are detached or reattached elsewhere.
+//!
+//! Separate because volume waits are about PersistentVolumes, nodes and VolumeAttachments, after a pod is gone.
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,6 @@
 //! maxSurge and maxUnavailable, resolved against the replicas (surge rounds up, unavailable down, never both zero).
+//!
+//! Separate because every strategy and every scaling reads them.
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use mcm_api::{MachineDeployment, StrategyType, validation::check_int_or_percent};

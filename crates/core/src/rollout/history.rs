@@ -1,4 +1,6 @@
 //! Revisions, rollback, history cleanup and the status counts and availability of a deployment.
+//!
+//! Separate because it looks at the sets' revisions and statuses, not at the replicas a step moves.
 
 use jiff::Timestamp;
 use mcm_api::{MachineSet, keys::annotations};

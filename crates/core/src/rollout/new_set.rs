@@ -1,4 +1,6 @@
 //! The new set kept in line with its deployment: copied annotations and the patch that syncs it without a new set.
+//!
+//! Separate because it patches the set's template and annotations in place; the arithmetic only moves replicas.
 
 use std::collections::BTreeMap;
 

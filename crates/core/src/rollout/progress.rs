@@ -1,4 +1,6 @@
 //! The Progressing condition: its reasons, progress made, and the deadline.
+//!
+//! Separate because it reports on a rollout after the fact and never changes what a step does.
 
 use jiff::Timestamp;
 use mcm_api::ConditionStatus;

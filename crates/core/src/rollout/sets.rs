@@ -1,4 +1,6 @@
 //! [`SetView`]: a MachineSet as the arithmetic sees it, and the annotations each scale writes.
+//!
+//! Separate because the step's arithmetic works on these views, never on MachineSets themselves.
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,7 @@
 //! [`plan`]: which sets and deployments to freeze or unfreeze in a pass, with their conditions and events.
+//!
+//! Separate from the patches because it decides the desired state; [`super::set_patches`] and
+//! [`super::deployment_patches`] only write it.
 
 use jiff::Timestamp;
 use mcm_api::{Machine, MachineDeployment, MachineSet, keys::annotations};
