@@ -227,7 +227,7 @@ pub enum Lookup {
     Create,
     /// The lookup is not implemented: try `ListMachines`, else rely on `CreateMachine`'s idempotence.
     Unsupported,
-    /// The recorded VM is gone: never create a second one for this object (spec 003, as `creation.rs`).
+    /// The recorded VM is gone: never create a second one for this object (spec 003, as `mcm_core::creation`).
     Vanished,
     /// The VM exists but is not initialized (spec 002 section 11): call `InitializeMachine`.
     Uninitialized,
