@@ -1,0 +1,386 @@
+//! The running agent after the join: registers the Node (or adopts it after a restart), then heartbeats: the Lease
+//! renewed every interval, the status written when it changed and at least every few intervals.
+
+use std::{collections::BTreeMap, path::PathBuf, time::Duration};
+
+use k8s_openapi::{
+    api::{
+        coordination::v1::{Lease, LeaseSpec},
+        core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo},
+    },
+    apimachinery::pkg::{
+        api::resource::Quantity,
+        apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference},
+    },
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client,
+    api::{Patch, PatchParams, PostParams},
+};
+use serde_json::{Value, json};
+
+use super::{
+    Backoff,
+    conditions::{
+        CONDITIONS_DIR, FileCondition, fingerprint, merged_conditions, read_condition_files,
+        reported_conditions,
+    },
+    host::{go_arch, go_os, os_image, read_trimmed},
+    settings::Settings,
+};
+
+/// The namespace of node Leases.
+const LEASE_NAMESPACE: &str = "kube-node-lease";
+/// `leaseDurationSeconds` of the node's Lease (kubelet's default).
+const LEASE_DURATION_SECONDS: i32 = 40;
+/// Pods a node takes (kubelet's default `maxPods`).
+const MAX_PODS: &str = "110";
+/// The node status is written at least every this many heartbeats.
+const STATUS_EVERY: u32 = 4;
+
+/// What happened in one heartbeat.
+enum Beat {
+    /// The Node is alive.
+    Alive,
+    /// The Node is gone: heartbeats stop.
+    NodeGone,
+}
+
+/// The running agent, after the join.
+pub(super) struct Agent {
+    name: String,
+    nodes: Api<Node>,
+    leases: Api<Lease>,
+    interval: Duration,
+    conditions_dir: PathBuf,
+    provider_id: Option<String>,
+    labels: BTreeMap<String, String>,
+    resources: BTreeMap<String, Quantity>,
+    addresses: Vec<NodeAddress>,
+    node_info: NodeSystemInfo,
+    /// Heartbeats since the last status write.
+    beats_since_status: u32,
+    /// The status needs writing at the next heartbeat (after a conflict, or an adopted Node).
+    force_status: bool,
+    /// The reported fields as the server returned them after the last status write (the server may normalize
+    /// quantities): a Node whose fields differ gets them again.
+    written: Option<Value>,
+    /// The condition files of the last heartbeat, to log changes.
+    files: BTreeMap<String, FileCondition>,
+    /// Ignored files already warned about, with why.
+    warned: BTreeMap<PathBuf, String>,
+}
+
+impl Agent {
+    pub(super) fn new(settings: &Settings, client: Client) -> Self {
+        let name = settings.node_name.clone();
+        let resources = BTreeMap::from([
+            ("cpu".to_owned(), Quantity(settings.cpu.clone())),
+            ("memory".to_owned(), Quantity(settings.memory.clone())),
+            ("pods".to_owned(), Quantity(MAX_PODS.to_owned())),
+        ]);
+        let labels = BTreeMap::from([
+            ("kubernetes.io/hostname".to_owned(), name.clone()),
+            ("kubernetes.io/os".to_owned(), go_os().to_owned()),
+            ("kubernetes.io/arch".to_owned(), go_arch().to_owned()),
+        ]);
+        let addresses = vec![
+            NodeAddress {
+                type_: "InternalIP".into(),
+                address: "127.0.0.1".into(),
+            },
+            NodeAddress {
+                type_: "Hostname".into(),
+                address: name.clone(),
+            },
+        ];
+        let node_info = NodeSystemInfo {
+            architecture: go_arch().into(),
+            boot_id: read_trimmed("/proc/sys/kernel/random/boot_id"),
+            container_runtime_version: String::new(),
+            kernel_version: read_trimmed("/proc/sys/kernel/osrelease"),
+            kube_proxy_version: String::new(),
+            kubelet_version: format!("mcm-node-agent/{}", env!("CARGO_PKG_VERSION")),
+            machine_id: String::new(),
+            operating_system: go_os().into(),
+            os_image: os_image(),
+            swap: None,
+            system_uuid: String::new(),
+        };
+        Self {
+            nodes: Api::all(client.clone()),
+            leases: Api::namespaced(client, LEASE_NAMESPACE),
+            name,
+            interval: settings.heartbeat_interval,
+            conditions_dir: settings.machine_dir.join(CONDITIONS_DIR),
+            provider_id: settings.provider_id.clone(),
+            labels,
+            resources,
+            addresses,
+            node_info,
+            beats_since_status: 0,
+            force_status: false,
+            written: None,
+            files: BTreeMap::new(),
+            warned: BTreeMap::new(),
+        }
+    }
+
+    /// Registers the Node (retrying until it works), then heartbeats until the Node is gone; never returns
+    /// otherwise (the caller stops it on a signal).
+    pub(super) async fn run(&mut self) {
+        let mut backoff = Backoff::new();
+        loop {
+            let files = self.condition_files();
+            match tokio::time::timeout(self.request_timeout(), self.register(&files)).await {
+                Ok(Ok(())) => break,
+                Ok(Err(err)) => {
+                    let delay = backoff.next();
+                    tracing::warn!(error = %err, retry_in = ?delay, "registering the node failed");
+                    tokio::time::sleep(delay).await;
+                }
+                Err(_) => tracing::warn!("registering the node timed out; retrying"),
+            }
+        }
+        let mut ticker = tokio::time::interval(self.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            match tokio::time::timeout(self.request_timeout(), self.beat()).await {
+                Ok(Ok(Beat::Alive)) => {}
+                Ok(Ok(Beat::NodeGone)) => {
+                    tracing::warn!(
+                        "the node was deleted: heartbeats stop (it is not registered again); waiting for SIGTERM"
+                    );
+                    std::future::pending::<()>().await;
+                }
+                Ok(Err(err)) => tracing::warn!(error = %err, "heartbeat failed"),
+                Err(_) => tracing::warn!(timeout = ?self.request_timeout(), "heartbeat timed out"),
+            }
+        }
+    }
+
+    /// How long the requests of one heartbeat may take.
+    fn request_timeout(&self) -> Duration {
+        self.interval.max(Duration::from_secs(10))
+    }
+
+    /// The condition files now; logs what changed since the last look and newly ignored files.
+    fn condition_files(&mut self) -> BTreeMap<String, FileCondition> {
+        let mut problems = BTreeMap::new();
+        let files = read_condition_files(&self.conditions_dir, &mut problems);
+        for (path, why) in &problems {
+            if self.warned.get(path) != Some(why) {
+                tracing::warn!(file = %path.display(), reason = %why, "condition file ignored");
+            }
+        }
+        self.warned = problems;
+        for (type_, file) in &files {
+            if self.files.get(type_) != Some(file) {
+                tracing::info!(condition = %type_, status = %file.status, file = %file.path.display(), "condition set by file");
+            }
+        }
+        for (type_, file) in &self.files {
+            if !files.contains_key(type_) {
+                tracing::info!(condition = %type_, file = %file.path.display(), "condition file removed");
+            }
+        }
+        self.files.clone_from(&files);
+        files
+    }
+
+    /// The reported fields besides the conditions, as JSON (to compare with what the server has).
+    fn reported_fields(status: &NodeStatus) -> Value {
+        json!({
+            "capacity": status.capacity,
+            "allocatable": status.allocatable,
+            "addresses": status.addresses,
+            "nodeInfo": status.node_info,
+        })
+    }
+
+    fn status(&self, conditions: Vec<NodeCondition>) -> NodeStatus {
+        NodeStatus {
+            capacity: Some(self.resources.clone()),
+            allocatable: Some(self.resources.clone()),
+            addresses: Some(self.addresses.clone()),
+            node_info: Some(self.node_info.clone()),
+            conditions: Some(conditions),
+            ..NodeStatus::default()
+        }
+    }
+
+    /// Creates the Node with its full status, or brings an existing one's labels and providerID up to date (its
+    /// status follows at the first heartbeat).
+    async fn register(&mut self, files: &BTreeMap<String, FileCondition>) -> anyhow::Result<()> {
+        let now = Timestamp::now();
+        let node = Node {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                labels: Some(self.labels.clone()),
+                ..ObjectMeta::default()
+            },
+            spec: Some(NodeSpec {
+                provider_id: self.provider_id.clone(),
+                ..NodeSpec::default()
+            }),
+            status: Some(self.status(merged_conditions(&[], &reported_conditions(files), now))),
+        };
+        match self.nodes.create(&PostParams::default(), &node).await {
+            Ok(created) => {
+                tracing::info!(
+                    provider_id = self.provider_id.as_deref().unwrap_or_default(),
+                    "node registered"
+                );
+                self.written = created.status.as_ref().map(Self::reported_fields);
+                self.beats_since_status = 0;
+                return Ok(());
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(err) => return Err(err.into()),
+        }
+        let existing = self.nodes.get(&self.name).await?;
+        if existing.metadata.deletion_timestamp.is_some() {
+            anyhow::bail!("a Node of this name exists and is being deleted");
+        }
+        let mut patch = serde_json::Map::new();
+        let labels = existing.metadata.labels.clone().unwrap_or_default();
+        let missing: BTreeMap<&String, &String> = self
+            .labels
+            .iter()
+            .filter(|(k, v)| labels.get(*k) != Some(*v))
+            .collect();
+        if !missing.is_empty() {
+            patch.insert("metadata".into(), json!({ "labels": missing }));
+        }
+        let current_id = existing.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+        match (current_id.filter(|id| !id.is_empty()), &self.provider_id) {
+            (None, Some(wanted)) => {
+                patch.insert("spec".into(), json!({ "providerID": wanted }));
+            }
+            (Some(current), Some(wanted)) if current != wanted => tracing::warn!(
+                current,
+                wanted = %wanted,
+                "the existing node has another providerID, which cannot change; it is kept"
+            ),
+            _ => {}
+        }
+        if !patch.is_empty() {
+            self.nodes
+                .patch(
+                    &self.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(Value::Object(patch)),
+                )
+                .await?;
+        }
+        tracing::info!("node exists already (agent restart): updated, status follows");
+        self.force_status = true;
+        Ok(())
+    }
+
+    /// One heartbeat: the Lease, then the status when it changed or is due.
+    async fn beat(&mut self) -> anyhow::Result<Beat> {
+        let files = self.condition_files();
+        let Some(node) = self.nodes.get_opt(&self.name).await? else {
+            return Ok(Beat::NodeGone);
+        };
+        let uid = node.metadata.uid.clone().unwrap_or_default();
+        let lease = self.renew_lease(&uid).await;
+        self.beats_since_status = self.beats_since_status.saturating_add(1);
+        let status = self.write_status_if_needed(&node, &files).await;
+        lease?;
+        status?;
+        Ok(Beat::Alive)
+    }
+
+    async fn renew_lease(&self, uid: &str) -> anyhow::Result<()> {
+        let owner = OwnerReference {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            name: self.name.clone(),
+            uid: uid.to_owned(),
+            ..OwnerReference::default()
+        };
+        let spec = LeaseSpec {
+            holder_identity: Some(self.name.clone()),
+            lease_duration_seconds: Some(LEASE_DURATION_SECONDS),
+            renew_time: Some(MicroTime(Timestamp::now())),
+            ..LeaseSpec::default()
+        };
+        let patch = json!({ "metadata": { "ownerReferences": [owner] }, "spec": spec });
+        match self
+            .leases
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.name.clone()),
+                        namespace: Some(LEASE_NAMESPACE.into()),
+                        owner_references: Some(vec![owner]),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(spec),
+                };
+                match self.leases.create(&PostParams::default(), &lease).await {
+                    Ok(_) => {
+                        tracing::info!("lease created");
+                        Ok(())
+                    }
+                    // Created meanwhile (another agent of this name would be a misconfiguration).
+                    Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+                    Err(err) => Err(anyhow::Error::new(err).context("creating the lease")),
+                }
+            }
+            Err(err) => Err(anyhow::Error::new(err).context("renewing the lease")),
+        }
+    }
+
+    async fn write_status_if_needed(
+        &mut self,
+        node: &Node,
+        files: &BTreeMap<String, FileCondition>,
+    ) -> anyhow::Result<()> {
+        let current = node.status.clone().unwrap_or_default();
+        let current_conditions = current.conditions.clone().unwrap_or_default();
+        let now = Timestamp::now();
+        let conditions = merged_conditions(&current_conditions, &reported_conditions(files), now);
+        let changed = fingerprint(&conditions) != fingerprint(&current_conditions)
+            || self.written.as_ref() != Some(&Self::reported_fields(&current));
+        if !changed && !self.force_status && self.beats_since_status < STATUS_EVERY {
+            return Ok(());
+        }
+        let patch = json!({
+            "metadata": { "resourceVersion": node.metadata.resource_version },
+            "status": self.status(conditions),
+        });
+        match self
+            .nodes
+            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(written) => {
+                if changed {
+                    tracing::debug!("node status updated");
+                }
+                self.written = written.status.as_ref().map(Self::reported_fields);
+                self.beats_since_status = 0;
+                self.force_status = false;
+                Ok(())
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                // Changed meanwhile: the next heartbeat reads it again.
+                self.force_status = true;
+                Ok(())
+            }
+            Err(err) => {
+                self.force_status = true;
+                Err(anyhow::Error::new(err).context("writing the node status"))
+            }
+        }
+    }
+}
