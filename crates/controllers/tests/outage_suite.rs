@@ -382,6 +382,30 @@ async fn a_provider_slower_than_the_call_timeout_delays_creation_only() {
     cluster.stop().await;
 }
 
+/// Starts the set controllers and creates the MachineSet `name` (label `pool: <name>`) of `replicas` machines of the
+/// test class; returns the sets' API.
+async fn start_set(cluster: &mut Cluster, name: &str, replicas: i32) -> kube::Api<MachineSet> {
+    cluster.start_set_controllers(machinedeployment::Config {
+        concurrency: 4,
+        ..machinedeployment::Config::new(NAMESPACE)
+    });
+    let sets: kube::Api<MachineSet> = kube::Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let set: MachineSet = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "pool": name } },
+            "template": {
+                "metadata": { "labels": { "pool": name } },
+                "spec": { "class": { "kind": "MachineClass", "name": support::CLASS } }
+            }
+        }
+    }))
+    .unwrap();
+    sets.create(&PostParams::default(), &set).await.unwrap();
+    sets
+}
+
 /// A set of 5 with watch events held back for 3 s (a stalled watch) during scale-up and scale-down: the set
 /// controller's stale view never makes it create or delete more than asked. Exactly 5, then 2, machines and VMs,
 /// one CreateMachine each.
@@ -390,24 +414,7 @@ async fn a_stalled_watch_during_scaling_creates_and_deletes_exactly_what_is_aske
     let mut cluster = Cluster::start(fast_settings()).await;
     let history = History::start(cluster.machines()).await;
     cluster.create_class().await;
-    cluster.start_set_controllers(machinedeployment::Config {
-        concurrency: 4,
-        ..machinedeployment::Config::new(NAMESPACE)
-    });
-    let sets: kube::Api<MachineSet> = kube::Api::namespaced(cluster.client.clone(), NAMESPACE);
-    let set: MachineSet = serde_json::from_value(json!({
-        "metadata": { "name": "stall" },
-        "spec": {
-            "replicas": 0,
-            "selector": { "matchLabels": { "pool": "stall" } },
-            "template": {
-                "metadata": { "labels": { "pool": "stall" } },
-                "spec": { "class": { "kind": "MachineClass", "name": support::CLASS } }
-            }
-        }
-    }))
-    .unwrap();
-    sets.create(&PostParams::default(), &set).await.unwrap();
+    let sets = start_set(&mut cluster, "stall", 0).await;
     let stall = Duration::from_secs(3);
     let scale = async |replicas: i32| {
         cluster.server().hooks().set_watch_delay(stall);
@@ -473,24 +480,7 @@ async fn heartbeats_stopping_for_all_nodes_replace_nothing_and_for_one_node_repl
     let mut cluster = Cluster::start(settings).await;
     let history = History::start(cluster.machines()).await;
     cluster.create_class().await;
-    cluster.start_set_controllers(machinedeployment::Config {
-        concurrency: 4,
-        ..machinedeployment::Config::new(NAMESPACE)
-    });
-    let sets: kube::Api<MachineSet> = kube::Api::namespaced(cluster.client.clone(), NAMESPACE);
-    let set: MachineSet = serde_json::from_value(json!({
-        "metadata": { "name": "beats" },
-        "spec": {
-            "replicas": 4,
-            "selector": { "matchLabels": { "pool": "beats" } },
-            "template": {
-                "metadata": { "labels": { "pool": "beats" } },
-                "spec": { "class": { "kind": "MachineClass", "name": support::CLASS } }
-            }
-        }
-    }))
-    .unwrap();
-    sets.create(&PostParams::default(), &set).await.unwrap();
+    start_set(&mut cluster, "beats", 4).await;
     let running = wait_for("4 Running machines", async || {
         let machines = cluster.machines().list(&ListParams::default()).await.ok()?.items;
         (machines.len() == 4 && machines.iter().all(|m| m.phase() == Some(MachinePhase::Running)))
