@@ -23,6 +23,7 @@ use mcm_api::{Machine, MachineClass, keys, validation};
 use mcm_core::{
     ControllerSettings, Redactor, StatusUpdate,
     creation::{self, CallOutcome, CreationInput, CreationStep},
+    finalizers::FinalizerChange,
     health::{self, HealthInput},
     nodesync::{self, NodeSyncInput},
     remediation, userdata,
@@ -54,6 +55,9 @@ pub use crate::Error;
 
 /// How soon a frozen controller looks at a machine again.
 const FROZEN_RETRY: Duration = Duration::from_secs(5);
+
+/// How soon a machine whose finalizer write met a newer version (409) is looked at again, should no event come.
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 
 /// Shared by every reconcile.
 pub struct Context {
@@ -502,20 +506,24 @@ async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, E
         // "LongRetry"); the unfreeze restarts the health clocks and its status writes reconcile again.
         return Ok(Action::requeue(FROZEN_RETRY));
     }
-    let finalizers = machine.finalizers();
-    if !finalizers
-        .iter()
-        .any(|f| f == keys::finalizers::MACHINE_CONTROLLER_MANAGER)
-    {
-        let mut list = finalizers.to_vec();
-        list.push(keys::finalizers::MACHINE_CONTROLLER_MANAGER.to_owned());
-        ctx.machine_api()
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "metadata": { "finalizers": list } })),
-            )
-            .await?;
+    // The whole list, guarded by the resourceVersion: a finalizer another writer added meanwhile is not lost (409,
+    // and the other write's watch event reconciles again).
+    if let Some(patch) = mcm_core::finalizers::patch(
+        &machine.metadata,
+        keys::finalizers::MACHINE_CONTROLLER_MANAGER,
+        FinalizerChange::Add,
+    ) {
+        match ctx
+            .machine_api()
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                tracing::debug!(machine = %name, "finalizer write conflicted; retrying on the newer version");
+                return Ok(Action::requeue(CONFLICT_RETRY));
+            }
+            result => result?,
+        };
         crash_point!(MachineFinalizer, &name);
         return Ok(Action::await_change());
     }
@@ -1122,16 +1130,24 @@ async fn sync_node(machine: &Machine, class: &MachineClass, node: &Node, ctx: &C
     }
     let plan = nodesync::plan(&NodeSyncInput::new(machine, Some(class), node));
     let mut node_patch = plan.node_patch.clone();
-    if !node.finalizers().iter().any(|f| f == keys::finalizers::NODE) {
-        let mut list = node.finalizers().to_vec();
-        list.push(keys::finalizers::NODE.to_owned());
+    // The finalizer rides in the same write, guarded by the node's resourceVersion (see the machine's).
+    if let Some(finalizer) =
+        mcm_core::finalizers::patch(&node.metadata, keys::finalizers::NODE, FinalizerChange::Add)
+    {
         let patch = node_patch.get_or_insert_with(|| json!({}));
-        patch["metadata"]["finalizers"] = json!(list);
+        for field in ["finalizers", "resourceVersion"] {
+            patch["metadata"][field] = finalizer["metadata"][field].clone();
+        }
     }
     if let Some(patch) = node_patch {
-        let written = api
+        let written = match api
             .patch(&node.name_any(), &PatchParams::default(), &Patch::Merge(patch))
-            .await?;
+            .await
+        {
+            // Another writer changed the node first: its watch event brings the machine back here.
+            Err(kube::Error::Api(status)) if status.code == 409 => return Ok(()),
+            result => result?,
+        };
         ctx.wrote(
             &key,
             node.resource_version(),
