@@ -59,6 +59,7 @@ impl Harness {
                 settings,
                 concurrency: 4,
             },
+            machine::Extras::default(),
             async move {
                 let _ = stopped.await;
             },

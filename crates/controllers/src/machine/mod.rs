@@ -48,7 +48,7 @@ mod reconcile;
 mod wiring;
 
 // Each file's functions are `pub(super)`; gathered here, every file sees the others' through `use super::*`.
-pub use self::wiring::{run, run_with, run_with_metrics};
+pub use self::wiring::run;
 #[allow(clippy::wildcard_imports)]
 use self::{deleting::*, health_check::*, node_sync::*, provision::*, reconcile::*};
 

@@ -4,36 +4,10 @@
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
-/// Runs the machine controller until `shutdown` resolves.
-pub async fn run(
-    control: Client,
-    target: Option<Client>,
-    driver: Arc<dyn Driver>,
-    config: Config,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    run_with_metrics(control, target, driver, config, None, shutdown).await;
-}
-
-/// Runs the machine controller until `shutdown` resolves, its machine cache feeding `metrics` at scrape time.
-pub async fn run_with_metrics(
-    control: Client,
-    target: Option<Client>,
-    driver: Arc<dyn Driver>,
-    config: Config,
-    metrics: Option<Arc<crate::metrics::Metrics>>,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    let extras = Extras {
-        metrics,
-        ..Extras::default()
-    };
-    run_with(control, target, driver, config, extras, shutdown).await;
-}
-
-/// Runs the machine controller until `shutdown` resolves, with metrics and the reachability freeze.
+/// Runs the machine controller until `shutdown` resolves. `extras` are what `mcm run` adds (metrics, the
+/// reachability freeze, the orphan collection); `Extras::default()` runs the controller alone.
 #[allow(clippy::too_many_lines)] // the wiring of the watches reads best in one place
-pub async fn run_with(
+pub async fn run(
     control: Client,
     target: Option<Client>,
     driver: Arc<dyn Driver>,
