@@ -42,12 +42,14 @@ use crate::{
 
 mod deleting;
 mod health_check;
+mod memory;
 mod node_sync;
 mod provision;
 mod reconcile;
 mod wiring;
 
 // Each file's functions are `pub(super)`; gathered here, every file sees the others' through `use super::*`.
+use self::memory::MachineMemory;
 pub use self::wiring::run;
 #[allow(clippy::wildcard_imports)]
 use self::{deleting::*, health_check::*, node_sync::*, provision::*, reconcile::*};
@@ -83,11 +85,8 @@ pub struct Context {
     /// The Secrets that cannot be decoded: reported on the machines whose class uses them.
     undecodable: crate::secrets::Undecodable,
     nodes: Option<Store<Node>>,
-    failures: std::sync::Mutex<BTreeMap<String, u32>>,
-    /// Per machine, after a failed provider call: when the provider may be called again (the back-off of a code
-    /// marked Y is over, or the machine, its class or its secret changed after a code marked N). Reconciles come
-    /// for many reasons, the controller's own status write among them: without the gate each one called again.
-    retry_gates: std::sync::Mutex<BTreeMap<String, mcm_core::retry_policy::RetryGate>>,
+    /// Per machine: failures in a row, the provider retry gate, the class migration gate.
+    memory: MachineMemory,
     /// The remediation guard's lock (count → decide → write, one machine at a time), holding the machines this
     /// controller marked Failed that the cache does not show yet: name → (the resourceVersion the write replaced,
     /// the machine as written). Without both, two machines of a group timing out together were both Failed.
@@ -99,8 +98,6 @@ pub struct Context {
     recorder: Recorder,
     /// Per machine: what the deletion flow remembers between passes.
     deletions: crate::deletion::DeletionMemory,
-    /// Per machine: when the class migration may be tried again after a failure.
-    migration_gates: std::sync::Mutex<BTreeMap<String, mcm_core::retry_policy::RetryGate>>,
     /// Set while an API server is unreachable: nothing but deletions under way is done.
     freeze: crate::reachability::Freeze,
     /// The orphan collection, poked after each finished deletion.
@@ -135,20 +132,6 @@ impl Context {
         self.nodes.as_ref()?.get(&ObjectRef::new(name))
     }
 
-    fn failures(&self, machine: &str) -> u32 {
-        self.failures
-            .lock()
-            .map_or(0, |m| m.get(machine).copied().unwrap_or(0))
-    }
-
-    fn note_failure(&self, machine: &str) -> u32 {
-        self.failures.lock().map_or(1, |mut m| {
-            let n = m.entry(machine.to_owned()).or_default();
-            *n += 1;
-            *n
-        })
-    }
-
     /// Notes a write of `key` (e.g. `machine/m1`) that turned version `before` into `after`. A write that changed
     /// nothing (the same version back) leaves no mark.
     fn wrote(&self, key: &str, before: Option<String>, after: Option<&str>) {
@@ -172,22 +155,6 @@ impl Context {
             m.remove(key);
         }
         replaced
-    }
-
-    fn clear_failures(&self, machine: &str) {
-        if let Ok(mut m) = self.failures.lock() {
-            m.remove(machine);
-        }
-        if let Ok(mut gates) = self.retry_gates.lock() {
-            gates.remove(machine);
-        }
-    }
-
-    /// How long the provider may not be called yet for `machine` after a failed call; `None` when it may.
-    fn retry_wait(&self, machine: &str, now: jiff::Timestamp, fingerprint: &str) -> Option<Duration> {
-        let gates = self.retry_gates.lock().ok()?;
-        let gate = gates.get(machine).filter(|g| !g.is_open(now, fingerprint))?;
-        Duration::try_from(gate.not_before.duration_since(now)).ok()
     }
 
     /// What identifies the inputs of a machine's provider calls: its generation, its class's and secrets'

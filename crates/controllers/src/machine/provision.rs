@@ -93,7 +93,7 @@ pub(super) async fn create(
     let mut redactor = redactor.clone();
     let mut last: Option<CallOutcome> = None;
     for _ in 0..8 {
-        let failures = ctx.failures(&name) + u32::from(matches!(&last, Some(o) if outcome_failed(o)));
+        let failures = ctx.memory.failures(&name) + u32::from(matches!(&last, Some(o) if outcome_failed(o)));
         let node_ready = node_ready(&machine, ctx);
         let input = CreationInput {
             machine: &machine,
@@ -110,7 +110,10 @@ pub(super) async fn create(
         last = match step {
             CreationStep::Skip => return Ok(Action::await_change()),
             CreationStep::CallGetMachineStatus => {
-                if let Some(wait) = ctx.retry_wait(&name, now, &ctx.fingerprint(&machine, class)) {
+                if let Some(wait) = ctx
+                    .memory
+                    .retry_wait(&name, now, &ctx.fingerprint(&machine, class))
+                {
                     // A failed call backs off or waits for a change; the CrashLoopBackOff deadline still fires
                     // (unless the node is healthy: the creation timeout does not fail such a machine).
                     if node_ready {
@@ -189,7 +192,7 @@ pub(super) async fn create(
                         metrics.machine_step(Step::Create, &machine, None, Some(class), took);
                     }
                 }
-                ctx.clear_failures(&name);
+                ctx.memory.clear_failures(&name);
                 return Ok(Action::requeue(ctx.config.settings.retry.await_change_resync));
             }
             CreationStep::RecordError {
@@ -199,7 +202,7 @@ pub(super) async fn create(
                 method,
                 code,
             } => {
-                ctx.note_failure(&name);
+                ctx.memory.note_failure(&name);
                 // The back-off runs from the failure, not from the start of the pass (earlier calls of the pass
                 // took time): a retry never comes sooner than the policy says.
                 let failed_at = jiff::Timestamp::now().max(now);
@@ -208,9 +211,7 @@ pub(super) async fn create(
                     failed_at,
                     ctx.fingerprint(&machine, class),
                 );
-                if let Ok(mut gates) = ctx.retry_gates.lock() {
-                    gates.insert(name.clone(), gate);
-                }
+                ctx.memory.set_retry_gate(&name, gate);
                 write_status(ctx, &machine, &status).await?;
                 let message = status
                     .last_operation

@@ -166,7 +166,7 @@ pub(super) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Resul
     if creation::needs_creation(&machine) {
         return create(&machine, &class, &secret, &redactor, &ctx, now).await;
     }
-    ctx.clear_failures(&name);
+    ctx.memory.clear_failures(&name);
     let node_name = machine.labels().get(keys::labels::NODE).cloned();
     let node = node_name.as_deref().and_then(|n| ctx.node(n));
     let mut requeue = None;
@@ -256,16 +256,12 @@ pub(super) async fn migrate_class(machine: &Machine, ctx: &Context) -> Result<Ac
         machines: &machines,
         retry: &ctx.config.settings.retry,
     };
-    let gate = ctx
-        .migration_gates
-        .lock()
-        .ok()
-        .and_then(|gates| gates.get(&name).cloned());
+    let gate = ctx.memory.migration_gate(&name);
     let now = jiff::Timestamp::now();
     match migration
         .run(
             machine,
-            ctx.failures(&name) + 1,
+            ctx.memory.failures(&name) + 1,
             rand::random(),
             gate.as_ref(),
             now,
@@ -276,10 +272,8 @@ pub(super) async fn migrate_class(machine: &Machine, ctx: &Context) -> Result<Ac
             g.not_before.duration_since(now).unsigned_abs()
         }))),
         Outcome::Migrated { moved } => {
-            ctx.clear_failures(&name);
-            if let Ok(mut gates) = ctx.migration_gates.lock() {
-                gates.remove(&name);
-            }
+            ctx.memory.clear_failures(&name);
+            ctx.memory.set_migration_gate(&name, None);
             let old = &machine.spec.class;
             let message = format!(
                 "Migrated {} {} to MachineClass {}; {moved} references moved",
@@ -296,10 +290,8 @@ pub(super) async fn migrate_class(machine: &Machine, ctx: &Context) -> Result<Ac
         }
         Outcome::OldClassMissing(problem) => report_invalid(machine, ctx, &problem).await,
         Outcome::Failed(failure) => {
-            ctx.note_failure(&name);
-            if let Ok(mut gates) = ctx.migration_gates.lock() {
-                gates.insert(name.clone(), failure.gate.clone());
-            }
+            ctx.memory.note_failure(&name);
+            ctx.memory.set_migration_gate(&name, Some(failure.gate.clone()));
             report_error(machine, ctx, &failure.description.to_string(), "MigrationFailed").await?;
             Ok(Action::requeue(failure.requeue_after))
         }
