@@ -490,7 +490,7 @@ impl Halves {
             Some(self.registry.clone()),
             stopped_when(stopped.clone()),
         ));
-        let machines = tokio::spawn(mcm_controllers::machine::run_with(
+        let machines = tokio::spawn(mcm_controllers::machine::run(
             self.control.clone(),
             self.target.clone(),
             self.driver.clone(),

@@ -43,7 +43,7 @@ const NOT_EXERCISED: &[(&str, &str, &str)] = &[
     (
         "update",
         "secrets",
-        "a bootstrap token Secret whose name is taken (409 on create) is replaced (crates/controllers/src/machine.rs \
+        "a bootstrap token Secret whose name is taken (409 on create) is replaced (crates/controllers/src/machine/provision.rs \
          boot_secret); names are random",
     ),
     (

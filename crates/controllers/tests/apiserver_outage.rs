@@ -108,7 +108,7 @@ impl World {
             None,
             stopped(rx.clone()),
         ));
-        tokio::spawn(machine::run_with(
+        tokio::spawn(machine::run(
             client.clone(),
             Some(client.clone()),
             Arc::new(driver),

@@ -61,6 +61,7 @@ impl Harness {
                 settings: mcm_core::ControllerSettings::default(),
                 concurrency: 4,
             },
+            machine::Extras::default(),
             stopped(rx.clone()),
         ));
         let finalizers = tokio::spawn(references::run(

@@ -59,6 +59,7 @@ impl Harness {
                 settings,
                 concurrency: 4,
             },
+            machine::Extras::default(),
             async move {
                 let _ = stopped.await;
             },
@@ -296,4 +297,124 @@ async fn a_machine_reaches_running_in_at_most_five_writes_to_machine_and_node() 
     let total: u64 = writes.iter().map(|(_, _, n)| n).sum();
     assert!(total <= 5, "{total} writes to machine and node: {writes:?}");
     h.stop().await;
+}
+
+/// A finalizer of another controller, added by the test while the machine controller adds its own.
+const OTHER_FINALIZER: &str = "example.com/other-controller";
+
+/// Adds [`OTHER_FINALIZER`] as a careful writer does: the whole list, guarded by the resourceVersion it was read at,
+/// re-read and tried again on a conflict. Written once: a finalizer lost afterwards stays lost.
+async fn add_other_finalizer<K>(api: &Api<K>, name: &str, mut current: K)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    for _ in 0..100 {
+        let meta = current.meta();
+        let mut list = meta.finalizers.clone().unwrap_or_default();
+        list.push(OTHER_FINALIZER.to_owned());
+        let patch = json!({ "metadata": { "finalizers": list, "resourceVersion": meta.resource_version } });
+        match api
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(patch),
+            )
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                current = api.get(name).await.expect("the object exists");
+            }
+            Err(error) => panic!("adding the other finalizer to {name}: {error}"),
+        }
+    }
+    panic!("the other finalizer could not be added to {name}");
+}
+
+fn has_finalizer(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta, finalizer: &str) -> bool {
+    meta.finalizers.iter().flatten().any(|f| f == finalizer)
+}
+
+// The controller adds its machine finalizer on the first reconcile of a new machine; another writer adds its own
+// right after the create, from the version the create returned. Over many machines the two writes meet: a write
+// of the list without the resourceVersion would overwrite the other's finalizer on some of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finalizer_written_concurrently_with_the_machine_finalizer_is_kept() {
+    const MACHINES: usize = 30;
+    let cluster = support::Cluster::start(support::settings()).await;
+    // No class: the machines stop at the missing class, after the finalizer (nothing else is created).
+    let api = cluster.machines();
+    for i in 0..MACHINES {
+        let name = format!("race-{i}");
+        let created = cluster.create_machine(&name).await;
+        add_other_finalizer(&api, &name, created).await;
+    }
+    let machines = support::wait_for("every machine to carry the controller's finalizer", async || {
+        let items = api.list(&ListParams::default()).await.ok()?.items;
+        (items.len() == MACHINES
+            && items
+                .iter()
+                .all(|m| has_finalizer(&m.metadata, keys::finalizers::MACHINE_CONTROLLER_MANAGER)))
+        .then_some(items)
+    })
+    .await;
+    let lost: Vec<_> = machines
+        .iter()
+        .filter(|m| !has_finalizer(&m.metadata, OTHER_FINALIZER))
+        .map(|m| m.metadata.name.clone().unwrap_or_default())
+        .collect();
+    assert!(lost.is_empty(), "the other finalizer was lost on {lost:?}");
+    cluster.stop().await;
+}
+
+// The same race on nodes: the controller adds its node finalizer on the first sync of a machine's node; another
+// writer adds its own the moment it sees the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finalizer_written_concurrently_with_the_node_finalizer_is_kept() {
+    const MACHINES: usize = 4;
+    let cluster = support::Cluster::start(support::settings()).await;
+    cluster.create_class().await;
+    let nodes = cluster.nodes();
+    let writer = {
+        let nodes = nodes.clone();
+        tokio::spawn(async move {
+            let mut done = std::collections::BTreeSet::new();
+            let deadline = tokio::time::Instant::now() + support::DEADLINE;
+            while done.len() < MACHINES && tokio::time::Instant::now() < deadline {
+                for node in nodes
+                    .list(&ListParams::default())
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default()
+                {
+                    let name = node.metadata.name.clone().unwrap_or_default();
+                    if done.insert(name.clone()) {
+                        add_other_finalizer(&nodes, &name, node).await;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            done.len()
+        })
+    };
+    for i in 0..MACHINES {
+        cluster.create_machine(&format!("node-race-{i}")).await;
+    }
+    assert_eq!(writer.await.unwrap(), MACHINES, "the writer saw every node");
+    let synced = support::wait_for("every node to carry the controller's finalizer", async || {
+        let items = nodes.list(&ListParams::default()).await.ok()?.items;
+        (items.len() == MACHINES
+            && items
+                .iter()
+                .all(|n| has_finalizer(&n.metadata, keys::finalizers::NODE)))
+        .then_some(items)
+    })
+    .await;
+    let lost: Vec<_> = synced
+        .iter()
+        .filter(|n| !has_finalizer(&n.metadata, OTHER_FINALIZER))
+        .map(|n| n.metadata.name.clone().unwrap_or_default())
+        .collect();
+    assert!(lost.is_empty(), "the other finalizer was lost on {lost:?}");
+    cluster.stop().await;
 }

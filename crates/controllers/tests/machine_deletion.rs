@@ -525,6 +525,7 @@ impl Harness {
                 settings: self.settings.clone(),
                 concurrency: 4,
             },
+            machine::Extras::default(),
             stopped(rx),
         ));
         self.controller = Some(Running { stop, task });

@@ -80,6 +80,7 @@ impl Harness {
                 settings: mcm_core::ControllerSettings::default(),
                 concurrency: 8,
             },
+            machine::Extras::default(),
             stopped(rx.clone()),
         ));
         let sets = tokio::spawn(machineset::run(

@@ -259,6 +259,7 @@ impl World {
                 settings,
                 concurrency: 4,
             },
+            machine::Extras::default(),
             stopped(rx.clone()),
         )));
         let collector =

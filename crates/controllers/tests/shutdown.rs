@@ -27,6 +27,7 @@ async fn every_controller_stops_when_asked_before_its_cache_synced() {
                     settings: support::settings(),
                     concurrency: 4,
                 },
+                machine::Extras::default(),
                 stopped(),
             )),
         ),

@@ -172,7 +172,7 @@ impl Cluster {
         assert!(self.controller.is_none(), "one controller at a time");
         let driver = driver.unwrap_or_else(|| Arc::new(self.driver.clone()));
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(machine::run_with_metrics(
+        let task = tokio::spawn(machine::run(
             self.client.clone(),
             Some(self.client.clone()),
             driver,
@@ -181,7 +181,10 @@ impl Cluster {
                 settings: self.settings.clone(),
                 concurrency: 4,
             },
-            metrics,
+            machine::Extras {
+                metrics,
+                ..machine::Extras::default()
+            },
             async move {
                 let _ = stopped.await;
             },
