@@ -287,20 +287,30 @@ fn expected_problems(case: &Case) -> String {
 
 /// Stores the case's spec on the stored object (the rest as stored): a set's or deployment's whole spec; for a
 /// machine, the case's spec fields over the stored ones (its `providerID` stays).
+/// A read-modify-write: the controllers write the same object's status meanwhile, so a 409 Conflict reads again.
 async fn store_spec(client: &Client, case: &Case) {
     let api = api_of(client, case.kind);
     let name = case.object["metadata"]["name"].as_str().unwrap();
-    let mut current = serde_json::to_value(api.get(name).await.unwrap()).unwrap();
-    if case.kind == Kind::Machine {
-        for (key, value) in case.object["spec"].as_object().unwrap() {
-            current["spec"][key] = value.clone();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let mut current = serde_json::to_value(api.get(name).await.unwrap()).unwrap();
+        if case.kind == Kind::Machine {
+            for (key, value) in case.object["spec"].as_object().unwrap() {
+                current["spec"][key] = value.clone();
+            }
+        } else {
+            current["spec"] = case.object["spec"].clone();
         }
-    } else {
-        current["spec"] = case.object["spec"].clone();
+        match api
+            .replace(name, &PostParams::default(), &dynamic(&current))
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(status)) if status.code == 409 && tokio::time::Instant::now() < deadline => {
+            }
+            Err(err) => panic!("{}: stored without admission: {err}", case.name),
+        }
     }
-    api.replace(name, &PostParams::default(), &dynamic(&current))
-        .await
-        .unwrap_or_else(|err| panic!("{}: stored without admission: {err}", case.name));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
