@@ -115,11 +115,8 @@ pub(super) async fn create(
                     .retry_wait(&name, now, &ctx.fingerprint(&machine, class))
                 {
                     // A failed call backs off or waits for a change; the CrashLoopBackOff deadline still fires
-                    // (unless the node is healthy: the creation timeout does not fail such a machine).
-                    if node_ready {
-                        return Ok(Action::requeue(wait));
-                    }
-                    let deadline = creation::crash_loop_deadline(&machine, &ctx.config.settings);
+                    // (never while the node is healthy: the creation timeout does not fail such a machine).
+                    let deadline = creation::failure_deadline(&machine, &ctx.config.settings, node_ready);
                     let until_deadline = Duration::try_from(deadline.duration_since(now)).unwrap_or_default();
                     return Ok(Action::requeue(wait.min(until_deadline)));
                 }

@@ -40,6 +40,17 @@ pub fn crash_loop_deadline(machine: &Machine, settings: &ControllerSettings) -> 
     })
 }
 
+/// When a creation that keeps failing turns the machine Failed: [`crash_loop_deadline`], or never
+/// ([`Timestamp::MAX`]) while the machine's node is healthy (the creation timeout is the time a VM has to become a
+/// node). The one home of that rule: the flow's decisions and the controller's timer both use it.
+pub fn failure_deadline(machine: &Machine, settings: &ControllerSettings, node_ready: bool) -> Timestamp {
+    if node_ready {
+        Timestamp::MAX
+    } else {
+        crash_loop_deadline(machine, settings)
+    }
+}
+
 /// The phase of a failed creation at `now`: Failed exactly when `now ≥` [`crash_loop_deadline`], else
 /// CrashLoopBackOff.
 pub fn failure_phase(machine: &Machine, settings: &ControllerSettings, now: Timestamp) -> MachinePhase {
@@ -143,8 +154,7 @@ fn start(input: &CreationInput<'_>) -> CreationStep {
         return CreationStep::Skip;
     }
     if machine.phase() == Some(MachinePhase::CrashLoopBackOff)
-        && !input.node_ready
-        && input.now >= crash_loop_deadline(machine, input.settings)
+        && input.now >= failure_deadline(machine, input.settings, input.node_ready)
     {
         let last_error = machine
             .status
@@ -279,10 +289,11 @@ fn record_error(input: &CreationInput<'_>, method: DriverMethod, error: &DriverE
     } else {
         Description::provider_error(error, input.redactor)
     };
-    let phase = if input.node_ready {
-        MachinePhase::CrashLoopBackOff
+    let deadline = failure_deadline(machine, input.settings, input.node_ready);
+    let phase = if input.now >= deadline {
+        MachinePhase::Failed
     } else {
-        failure_phase(machine, input.settings, input.now)
+        MachinePhase::CrashLoopBackOff
     };
     let retry = retry_policy::decide(
         method,
@@ -291,13 +302,8 @@ fn record_error(input: &CreationInput<'_>, method: DriverMethod, error: &DriverE
         input.random,
         &input.settings.retry,
     );
-    let requeue_after = (phase == MachinePhase::CrashLoopBackOff).then(|| {
-        if input.node_ready {
-            return retry.requeue_after();
-        }
-        let until_deadline = timeouts::elapsed(input.now, crash_loop_deadline(machine, input.settings));
-        retry.requeue_after().min(until_deadline)
-    });
+    let requeue_after = (phase == MachinePhase::CrashLoopBackOff)
+        .then(|| retry.requeue_after().min(timeouts::elapsed(input.now, deadline)));
     CreationStep::RecordError {
         status: StatusUpdate {
             last_operation: Some(operation(

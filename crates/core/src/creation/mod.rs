@@ -24,7 +24,8 @@ mod tests;
 mod vm;
 
 pub use decide::{
-    crash_loop_deadline, decide, failure_phase, needs_creation, secret_problem, vanished_status,
+    crash_loop_deadline, decide, failure_deadline, failure_phase, needs_creation, secret_problem,
+    vanished_status,
 };
 pub use plan::{CallOutcome, CreationInput, CreationStep};
 pub use vm::{VmInfo, VmRecord};
