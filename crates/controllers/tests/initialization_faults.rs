@@ -21,10 +21,7 @@ use DriverMethod::{CreateMachine, InitializeMachine};
 
 /// Whether the machine was ever Failed in the recorded history.
 fn ever_failed(history: &History<Machine>, name: &str) -> bool {
-    history
-        .of(name)
-        .iter()
-        .any(|seen| seen.object.phase() == Some(MachinePhase::Failed))
+    history.ever_failed().iter().any(|failed| failed == name)
 }
 
 /// Spec 002 section 11: "17 UNINITIALIZED | [...] | Initialization is reattempted"; the transport codes our own

@@ -56,12 +56,7 @@ fn name_for(prefix: &str, code: MachineCode) -> String {
 
 /// The goal figures: no machine ever Failed in `history`, and at most one VM per machine at the provider.
 fn assert_goal_figures(cluster: &Cluster, history: &History<Machine>, case: &str) {
-    let failed: Vec<String> = history
-        .versions()
-        .iter()
-        .filter(|seen| seen.object.phase() == Some(MachinePhase::Failed))
-        .map(|seen| seen.object.name_any())
-        .collect();
+    let failed = history.ever_failed();
     assert!(
         failed.is_empty(),
         "{case}: machines were Failed (replaced): {failed:?}"
@@ -534,14 +529,7 @@ async fn heartbeats_stopping_for_all_nodes_replace_nothing_and_for_one_node_repl
         let machine = cluster.machine(name).await;
         assert_eq!(machine.phase(), Some(MachinePhase::Running), "{name} stays");
     }
-    let failed: Vec<String> = history
-        .versions()
-        .iter()
-        .filter(|seen| seen.object.phase() == Some(MachinePhase::Failed))
-        .map(|seen| seen.object.name_any())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let failed = history.ever_failed();
     assert_eq!(failed, vec![silent], "only the silent machine was Failed");
     cluster.stop().await;
 }

@@ -515,6 +515,19 @@ where
     }
 }
 
+impl History<Machine> {
+    /// The names of the machines seen Failed at least once, sorted, each once (a replaced machine shows here).
+    pub fn ever_failed(&self) -> Vec<String> {
+        let names: std::collections::BTreeSet<String> = self
+            .versions()
+            .iter()
+            .filter(|seen| seen.object.phase() == Some(mcm_api::MachinePhase::Failed))
+            .filter_map(|seen| seen.object.metadata.name.clone())
+            .collect();
+        names.into_iter().collect()
+    }
+}
+
 impl<K> Drop for History<K> {
     fn drop(&mut self) {
         self.task.abort();
