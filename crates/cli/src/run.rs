@@ -208,6 +208,10 @@ pub(crate) struct ControllerFlags {
     /// `cluster-autoscaler.kubernetes.io/scale-down-disabled=true` (removed again when it completes).
     #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub(crate) autoscaler_scaledown_annotation_during_rollout: bool,
+    /// Count a machine available only once it has been Running for its set's `minReadySeconds`. Off by default, as
+    /// in the reference, which ignores `minReadySeconds` (Gardener sets 500 on every deployment because of that).
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub(crate) honour_min_ready_seconds: bool,
 }
 
 /// `mcm run`.
@@ -540,6 +544,11 @@ impl Halves {
                 namespace: flags.namespace.clone(),
                 concurrency: flags.concurrent_syncs.unwrap_or(SET_CONCURRENT_SYNCS),
                 resync: flags.machine_safety_resync,
+                min_ready_seconds: if flags.honour_min_ready_seconds {
+                    mcm_core::machineset::MinReadySeconds::Honour
+                } else {
+                    mcm_core::machineset::MinReadySeconds::Ignore
+                },
             },
             Some(self.registry.clone()),
             stopped_when(stopped.clone()),

@@ -246,6 +246,7 @@ fn every_reference_flag_is_explained_by_help_and_booleans_take_false() {
             "--contention-profiling",
         ],
         &["--autoscaler-scaledown-annotation-during-rollout=false"],
+        &["--honour-min-ready-seconds"],
         &["--orphan-collection-dry-run=false", "--v=3"],
     ] {
         let output = Command::new(env!("CARGO_BIN_EXE_mcm"))

@@ -34,6 +34,8 @@ pub struct Config {
     pub concurrency: u16,
     /// How often a set is looked at again without a change.
     pub resync: Duration,
+    /// Whether `availableReplicas` waits `minReadySeconds` (`--honour-min-ready-seconds`; the reference does not).
+    pub min_ready_seconds: machineset::MinReadySeconds,
 }
 
 pub use crate::Error;
@@ -371,7 +373,7 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
         }
         return Ok(Action::await_change());
     }
-    let mut status = machineset::status(&set, &owned, &result, now);
+    let mut status = machineset::status(&set, &owned, &result, ctx.config.min_ready_seconds, now);
     // Valid (again): a condition an invalid spec left goes.
     status.update.status.conditions = validity::set_conditions(&status.update.status.conditions, None, now);
     ctx.warned.forget(&*set);
@@ -403,7 +405,13 @@ async fn hold(
     ctx: &Context,
     now: jiff::Timestamp,
 ) -> Result<Action, Error> {
-    let mut status = machineset::status(set, owned, &ManageResult::NotRun, now);
+    let mut status = machineset::status(
+        set,
+        owned,
+        &ManageResult::NotRun,
+        ctx.config.min_ready_seconds,
+        now,
+    );
     let current = set.status.clone().unwrap_or_default();
     status.update.status.conditions = validity::set_conditions(&current.conditions, Some(invalid), now);
     if status.update.changes(set.status.as_ref()) {

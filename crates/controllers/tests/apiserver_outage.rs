@@ -129,6 +129,7 @@ impl World {
                 namespace: "default".into(),
                 concurrency: 2,
                 resync: Duration::from_mins(10),
+                min_ready_seconds: mcm_core::machineset::MinReadySeconds::Ignore,
             },
             stopped(rx),
         ));

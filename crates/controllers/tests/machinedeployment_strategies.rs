@@ -89,6 +89,8 @@ impl Harness {
                 namespace: "default".into(),
                 concurrency: 4,
                 resync: Duration::from_mins(10),
+                // These tests use minReadySeconds to hold each rollout step (`--honour-min-ready-seconds`).
+                min_ready_seconds: mcm_core::machineset::MinReadySeconds::Honour,
             },
             stopped(rx.clone()),
         ));

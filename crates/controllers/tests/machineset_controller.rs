@@ -78,6 +78,7 @@ impl Harness {
                 namespace: "default".into(),
                 concurrency: 4,
                 resync: Duration::from_mins(10),
+                min_ready_seconds: mcm_core::machineset::MinReadySeconds::Ignore,
             },
             stopped(rx.clone()),
         ));

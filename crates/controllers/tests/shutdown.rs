@@ -39,6 +39,7 @@ async fn every_controller_stops_when_asked_before_its_cache_synced() {
                     namespace: NAMESPACE.into(),
                     concurrency: 4,
                     resync: Duration::from_mins(10),
+                    min_ready_seconds: mcm_core::machineset::MinReadySeconds::Ignore,
                 },
                 stopped(),
             )),

@@ -220,6 +220,7 @@ impl Cluster {
                 namespace: NAMESPACE.into(),
                 concurrency: 4,
                 resync: Duration::from_mins(10),
+                min_ready_seconds: mcm_core::machineset::MinReadySeconds::Ignore,
             },
             metrics.clone(),
             async move {

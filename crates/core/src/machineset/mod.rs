@@ -40,7 +40,9 @@ pub use plan::{
     DeletionReason, Hold, MachineDeletion, MachinePatch, MachineSetInput, MachineSetPlan, decide,
     marked_by_autoscaler, slow_start_batches,
 };
-pub use status::{ManageResult, ReplicaFailure, ReplicaFailureReason, SetStatusUpdate, StatusPlan, status};
+pub use status::{
+    ManageResult, MinReadySeconds, ReplicaFailure, ReplicaFailureReason, SetStatusUpdate, StatusPlan, status,
+};
 pub(crate) use template::merge_diff;
 pub use template::{effective_creation_timeout, generate_name, machine_to_create, propagation_patch};
 

@@ -37,6 +37,19 @@ impl ReplicaFailureReason {
     }
 }
 
+/// Whether `availableReplicas` waits `minReadySeconds` after a machine is Running.
+///
+/// The reference ignores the field (`isMachineAvailable` looks at the phase only), and Gardener sets it to 500 on
+/// every deployment because of that; honouring it is the opt-in `--honour-min-ready-seconds`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MinReadySeconds {
+    /// Available as soon as Running (the reference's behaviour, the default).
+    #[default]
+    Ignore,
+    /// Available once Running for `minReadySeconds` (Kubernetes Deployments' meaning).
+    Honour,
+}
+
 /// A failure of the pass's creations or deletions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReplicaFailure {
@@ -204,7 +217,8 @@ fn conditions(
 /// - `fullyLabeledReplicas`: those whose labels include all the template's labels;
 /// - `readyReplicas`: Running, not being deleted;
 /// - `availableReplicas`: Running or Available (no target cluster), not being deleted, for at least
-///   `minReadySeconds` since the phase's `lastUpdateTime` (the reference ignores `minReadySeconds`);
+///   `minReadySeconds` since the phase's `lastUpdateTime` when `min_ready` is [`MinReadySeconds::Honour`] (the
+///   reference ignores `minReadySeconds`, and so does the default [`MinReadySeconds::Ignore`]);
 /// - `preservedFailedReplicas`: Failed and preserved;
 /// - `failedMachines`: machines whose last operation failed and that are not preserved, by name, as the reference's
 ///   `MachineSummary` (absent when there are none);
@@ -213,10 +227,21 @@ fn conditions(
 ///   conditions (`Frozen`, the safety controller's) are kept;
 /// - `observedGeneration`: the set's generation.
 ///
-/// `recheck_after` is the soonest instant a Running machine reaches `minReadySeconds`.
-pub fn status(set: &MachineSet, machines: &[&Machine], result: &ManageResult, now: Timestamp) -> StatusPlan {
+/// `recheck_after` is the soonest instant a Running machine reaches `minReadySeconds` (never when ignored).
+pub fn status(
+    set: &MachineSet,
+    machines: &[&Machine],
+    result: &ManageResult,
+    min_ready_seconds: MinReadySeconds,
+    now: Timestamp,
+) -> StatusPlan {
     let current = set.status.clone().unwrap_or_default();
-    let min_ready = Duration::from_secs(u64::try_from(set.spec.min_ready_seconds).unwrap_or(0));
+    let min_ready = match min_ready_seconds {
+        MinReadySeconds::Ignore => Duration::ZERO,
+        MinReadySeconds::Honour => {
+            Duration::from_secs(u64::try_from(set.spec.min_ready_seconds).unwrap_or(0))
+        }
+    };
     let template_labels = set.spec.template.labels();
     let mut recheck_at: Option<Timestamp> = None;
     let mut available = 0;

@@ -19,7 +19,7 @@ fn phase_since(name: &str, phase: MachinePhase, since: i64) -> Machine {
 }
 
 #[test]
-fn status_counts_as_the_reference_and_honours_min_ready_seconds() {
+fn status_counts_as_the_reference_and_honours_min_ready_seconds_when_asked() {
     let mut set = set(5);
     set.spec.min_ready_seconds = 60;
     let mut unlabeled = phase_since("unlabeled", MachinePhase::Pending, 0);
@@ -34,7 +34,13 @@ fn status_counts_as_the_reference_and_honours_min_ready_seconds() {
         deleting,
     ];
     let refs: Vec<&Machine> = machines.iter().collect();
-    let plan = status(&set, &refs, &ManageResult::NotRun, at(1000));
+    let plan = status(
+        &set,
+        &refs,
+        &ManageResult::NotRun,
+        MinReadySeconds::Honour,
+        at(1000),
+    );
     let s = &plan.update.status;
     assert_eq!(s.replicas, 5);
     assert_eq!(s.fully_labeled_replicas, 4);
@@ -46,7 +52,13 @@ fn status_counts_as_the_reference_and_honours_min_ready_seconds() {
     assert_eq!(s.observed_generation, 4);
     assert_eq!(plan.recheck_after, Some(Duration::from_secs(40)));
 
-    let later = status(&set, &refs, &ManageResult::NotRun, at(1040));
+    let later = status(
+        &set,
+        &refs,
+        &ManageResult::NotRun,
+        MinReadySeconds::Honour,
+        at(1040),
+    );
     assert_eq!(
         later.update.status.available_replicas, 3,
         "Running for at least minReadySeconds"
@@ -54,8 +66,46 @@ fn status_counts_as_the_reference_and_honours_min_ready_seconds() {
     assert_eq!(later.recheck_after, None);
 
     set.spec.min_ready_seconds = 0;
-    let without_min_ready = status(&set, &refs, &ManageResult::NotRun, at(1000));
+    let without_min_ready = status(
+        &set,
+        &refs,
+        &ManageResult::NotRun,
+        MinReadySeconds::Honour,
+        at(1000),
+    );
     assert_eq!(without_min_ready.update.status.available_replicas, 3);
+}
+
+/// The reference's `isMachineAvailable` ignores `minReadySeconds` (Gardener sets 500 on every deployment because
+/// of that): by default a Running machine is available at once and nothing is rechecked.
+#[test]
+fn min_ready_seconds_is_ignored_by_default_as_the_reference_does() {
+    let mut set = set(3);
+    set.spec.min_ready_seconds = 500;
+    let machines = [
+        phase_since("just-running", MachinePhase::Running, 999),
+        phase_since("no-target", MachinePhase::Available, 999),
+        phase_since("pending", MachinePhase::Pending, 0),
+    ];
+    let refs: Vec<&Machine> = machines.iter().collect();
+    let plan = status(
+        &set,
+        &refs,
+        &ManageResult::NotRun,
+        MinReadySeconds::default(),
+        at(1000),
+    );
+    assert_eq!(plan.update.status.available_replicas, 2);
+    assert_eq!(plan.recheck_after, None, "nothing to wait for");
+    let honoured = status(
+        &set,
+        &refs,
+        &ManageResult::NotRun,
+        MinReadySeconds::Honour,
+        at(1000),
+    );
+    assert_eq!(honoured.update.status.available_replicas, 0);
+    assert_eq!(honoured.recheck_after, Some(Duration::from_secs(499)));
 }
 
 #[test]
@@ -80,7 +130,15 @@ fn failed_machines_are_summarized_except_preserved_ones() {
         .preserve_expiry_time = Some(Time(at(5000)));
     let machines = [b, preserved, running("c")];
     let refs: Vec<&Machine> = machines.iter().collect();
-    let s = status(&set, &refs, &ManageResult::NotRun, at(1000)).update.status;
+    let s = status(
+        &set,
+        &refs,
+        &ManageResult::NotRun,
+        MinReadySeconds::Ignore,
+        at(1000),
+    )
+    .update
+    .status;
     assert_eq!(
         s.failed_machines,
         Some(vec![MachineSummary {
@@ -91,7 +149,13 @@ fn failed_machines_are_summarized_except_preserved_ones() {
         }])
     );
     assert_eq!(s.preserved_failed_replicas, 1);
-    let none = status(&set, &[&running("c")], &ManageResult::NotRun, at(1000));
+    let none = status(
+        &set,
+        &[&running("c")],
+        &ManageResult::NotRun,
+        MinReadySeconds::Ignore,
+        at(1000),
+    );
     assert_eq!(none.update.status.failed_machines, None);
 }
 
@@ -112,7 +176,7 @@ fn the_replica_failure_condition_follows_the_last_pass() {
         reason: ReplicaFailureReason::FailedCreate,
         message: "quota exceeded".into(),
     });
-    let first = status(&set, &[], &failed, at(1000)).update;
+    let first = status(&set, &[], &failed, MinReadySeconds::Ignore, at(1000)).update;
     let condition = first.status.conditions.last().unwrap();
     assert_eq!(condition.r#type, MachineSetConditionType::ReplicaFailure);
     assert_eq!(condition.reason, "FailedCreate");
@@ -128,15 +192,28 @@ fn the_replica_failure_condition_follows_the_last_pass() {
         reason: ReplicaFailureReason::FailedCreate,
         message: "quota exceeded again".into(),
     });
-    let second = status(&stored, &[], &again, at(2000)).update;
+    let second = status(&stored, &[], &again, MinReadySeconds::Ignore, at(2000)).update;
     assert!(!second.changes(stored.status.as_ref()));
     // A pass that did nothing keeps it; a pass that succeeded clears it.
     assert!(
-        !status(&stored, &[], &ManageResult::NotRun, at(3000))
-            .update
-            .changes(stored.status.as_ref())
+        !status(
+            &stored,
+            &[],
+            &ManageResult::NotRun,
+            MinReadySeconds::Ignore,
+            at(3000)
+        )
+        .update
+        .changes(stored.status.as_ref())
     );
-    let cleared = status(&stored, &[], &ManageResult::Succeeded, at(3000)).update;
+    let cleared = status(
+        &stored,
+        &[],
+        &ManageResult::Succeeded,
+        MinReadySeconds::Ignore,
+        at(3000),
+    )
+    .update;
     assert_eq!(cleared.status.conditions.len(), 1);
     assert!(cleared.changes(stored.status.as_ref()));
 }
@@ -146,7 +223,14 @@ fn status_is_written_only_when_it_changes_and_the_patch_clears_zeroes() {
     let mut set = set(2);
     let machines = [running("a"), running("b")];
     let refs: Vec<&Machine> = machines.iter().collect();
-    let update = status(&set, &refs, &ManageResult::Succeeded, at(1000)).update;
+    let update = status(
+        &set,
+        &refs,
+        &ManageResult::Succeeded,
+        MinReadySeconds::Ignore,
+        at(1000),
+    )
+    .update;
     assert!(update.changes(None));
     let mut object = json!({ "status": { "lastOperation": { "description": "kept" } } });
     json_patch::merge(&mut object, &update.merge_patch());
@@ -155,13 +239,26 @@ fn status_is_written_only_when_it_changes_and_the_patch_clears_zeroes() {
     assert_eq!(written.last_operation.description, "kept");
     set.status = Some(written);
     assert!(
-        !status(&set, &refs, &ManageResult::Succeeded, at(1100))
-            .update
-            .changes(set.status.as_ref())
+        !status(
+            &set,
+            &refs,
+            &ManageResult::Succeeded,
+            MinReadySeconds::Ignore,
+            at(1100)
+        )
+        .update
+        .changes(set.status.as_ref())
     );
 
     // Scaled to zero: the patch writes null for the counts, so they do not linger.
-    let empty = status(&set, &[], &ManageResult::Succeeded, at(1200)).update;
+    let empty = status(
+        &set,
+        &[],
+        &ManageResult::Succeeded,
+        MinReadySeconds::Ignore,
+        at(1200),
+    )
+    .update;
     let patch = empty.merge_patch();
     assert_eq!(patch["status"]["replicas"], Value::Null);
     assert_eq!(patch["status"]["readyReplicas"], Value::Null);

@@ -216,6 +216,7 @@ impl Sim {
             &self.sets[index],
             &refs,
             &machineset::ManageResult::Succeeded,
+            machineset::MinReadySeconds::Honour,
             now,
         );
         self.sets[index].status = Some(status.update.status);
