@@ -461,8 +461,8 @@ struct Halves {
 }
 
 impl Halves {
-    /// The machine controller, the class and secret finalizers, the orphan collection and the API server
-    /// reachability freeze.
+    /// The machine controller, the class and secret finalizers, the orphan collection, the API server reachability
+    /// freeze and (with a target cluster) the node deletion controller.
     fn start_machines(&self, stopped: &tokio::sync::watch::Receiver<bool>) -> Tasks {
         let flags = &self.flags;
         let orphans = tokio::spawn(
@@ -517,12 +517,26 @@ impl Halves {
             Some(self.registry.clone()),
             stopped_when(stopped.clone()),
         ));
-        vec![
+        let mut tasks = vec![
             ("the orphan VM collection", orphans),
             ("the API server reachability probes", probes),
             ("the machine controller", machines),
             ("the class and secret finalizer controller", references),
-        ]
+        ];
+        if let Some(target) = &self.target {
+            let nodes = tokio::spawn(mcm_controllers::node_deletion::run(
+                self.control.clone(),
+                target.clone(),
+                mcm_controllers::node_deletion::Config {
+                    namespace: flags.namespace.clone(),
+                    retry: flags.machine_retry_backoff_base,
+                    resync: flags.machine_safety_resync,
+                },
+                stopped_when(stopped.clone()),
+            ));
+            tasks.push(("the node deletion controller", nodes));
+        }
+        tasks
     }
 
     /// The MachineSet and MachineDeployment controllers and the overshoot safety.

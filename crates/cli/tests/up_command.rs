@@ -3,7 +3,7 @@
 //! Ready nodes; the deployment rolls to local-medium; a killed machine process turns its node Unknown and the
 //! machine is replaced; a userData that fails leaves its machine Pending, then Failed at the creation timeout;
 //! `mcm up` resumes with the machines still there; deleting everything and `mcm down --purge` leave no process and
-//! no state behind.
+//! no state behind; `kubectl delete node` replaces the node's machine and the node goes.
 
 mod support;
 
@@ -513,4 +513,52 @@ spec: { class: { kind: MachineClass, name: crash-small } }
     let _ = stale.finish(PROCESS_DEADLINE);
     assert!(provider_pids(&up.dir).is_empty(), "no provider left");
     assert!(!up.dir.exists(), "--purge removes the data directory");
+}
+
+#[test]
+fn kubectl_delete_node_replaces_its_machine_and_the_node_goes() {
+    let mut up = Up::start("node-deletion", &[]);
+    for file in ["00-secret.yaml", "01-machine-class.yaml", "20-machine-set.yaml"] {
+        up.kubectl_ok(&["apply", "-f", arg(&example(file))]);
+    }
+    poll("two Running machines with Ready nodes", SLOW, || {
+        (all_running(&up, 2) && ready_nodes(&up) == 2).then_some(())
+    });
+    let (victim, _) = up.phases().remove(0);
+    let node = up.kubectl_ok(&[
+        "get",
+        "machine",
+        &victim,
+        "-o",
+        "jsonpath={.metadata.labels.node}",
+    ]);
+    assert!(!node.is_empty(), "the machine names its node");
+    let pgid = up.pgid(&victim);
+
+    up.kubectl_ok(&["delete", "node", &node, "--wait=false"]);
+    poll("the machine replaced", SLOW, || {
+        let phases = up.phases();
+        (phases.len() == 2 && phases.iter().all(|(n, p)| *n != victim && p == "Running")).then_some(())
+    });
+    poll("the node gone", SLOW, || {
+        let output = up.kubectl(&["get", "node", &node]);
+        (!output.status.success() && String::from_utf8_lossy(&output.stderr).contains("NotFound"))
+            .then_some(())
+    });
+    poll("the machine's processes gone", SLOW, || {
+        (!group_alive(pgid)).then_some(())
+    });
+    let reasons = up.kubectl_ok(&[
+        "get",
+        "events",
+        "-o",
+        r#"jsonpath={range .items[*]}{.involvedObject.name}={.reason}{"\n"}{end}"#,
+    ]);
+    assert!(
+        reasons
+            .lines()
+            .any(|l| l == format!("{victim}=TriggeredByNodeDeletion")),
+        "a TriggeredByNodeDeletion Event on the machine: {reasons}"
+    );
+    up.down(true);
 }

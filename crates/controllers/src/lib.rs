@@ -43,6 +43,7 @@ pub mod machinedeployment;
 pub mod machineset;
 pub mod metrics;
 pub mod migration;
+pub mod node_deletion;
 pub mod orphans;
 pub mod overshoot;
 mod owners;

@@ -27,6 +27,8 @@ pub mod leader;
 pub mod machineset;
 // Moving machines from a class of another kind to a `MachineClass` (spec 000).
 pub mod migration;
+// Deleting a Node deletes its Machine; a deleting node no machine names loses our finalizer.
+pub mod node_deletion;
 // The node template (labels, annotations, taints, virtual capacity) as minimal node patches.
 pub mod nodesync;
 // Semantic equality of Kubernetes quantities (`1Gi` = `1024Mi`).

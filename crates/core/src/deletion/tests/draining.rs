@@ -54,6 +54,22 @@ fn a_normal_drain_uses_the_effective_timeout_and_retries() {
 }
 
 #[test]
+fn a_node_being_deleted_is_drained_like_any_other() {
+    // Reference v0.61+ (`drainNode`): the node of a machine deleted because its Node was deleted still exists
+    // (our node finalizer holds it) and is drained as usual; only a node that is gone skips the drain (above).
+    let f = Fixture::new();
+    let mut n = node("node-1");
+    n.metadata.deletion_timestamp = Some(Time(at(DELETED)));
+    n.metadata.finalizers = Some(vec![finalizers::NODE.into()]);
+    let m = at_step(machine(), "Initiate node drain");
+    let DeletionAction::Drain { node, mode } = decide(&f.input(&m, Some(&n), DELETED + 1)).action else {
+        panic!("drain")
+    };
+    assert_eq!(node, "node-1");
+    assert_eq!(mode.force, None, "a normal drain, not a forced one");
+}
+
+#[test]
 fn a_node_not_ready_for_five_minutes_is_force_drained() {
     // Spec 002 FAQ: "if the node Ready is False ... for greater than 5 minutes (non-configurable), then a
     // forceful drain is initiated".
