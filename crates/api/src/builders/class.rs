@@ -2,26 +2,17 @@
 
 use k8s_openapi::api::core::v1::SecretReference;
 
-use super::meta::metadata_methods;
+use super::meta::builder;
 use crate::{MachineClass, NodeTemplate};
 
-/// Builds a [`MachineClass`]:
-/// `MachineClassBuilder::new("small").namespace("default").provider("sim").provider_spec(spec).secret_ref("boot", "default").build()`.
-#[derive(Clone, Debug)]
-pub struct MachineClassBuilder {
-    class: MachineClass,
-}
+builder!(
+    /// Builds a [`MachineClass`]: `MachineClassBuilder::new("small").namespace("default").provider("sim")
+    /// .provider_spec(spec).secret_ref("boot", "default").build()`.
+    MachineClassBuilder,
+    class: MachineClass
+);
 
 impl MachineClassBuilder {
-    /// A class named `name` and nothing else (no provider, a null providerSpec).
-    pub fn new(name: &str) -> Self {
-        let mut class = MachineClass::default();
-        class.metadata.name = Some(name.to_owned());
-        Self { class }
-    }
-
-    metadata_methods!(class: MachineClass);
-
     /// Sets the provider name.
     #[must_use]
     pub fn provider(mut self, provider: &str) -> Self {

@@ -9,25 +9,16 @@ use k8s_openapi::{
     jiff::Timestamp,
 };
 
-use super::meta::metadata_methods;
+use super::meta::builder;
 
-/// Builds a [`Node`]: `NodeBuilder::new("n1").label("k", "v").condition("Ready", "True", Some(at)).build()`.
-/// Spec and status exist as soon as one call touches them, and not before.
-#[derive(Clone, Debug)]
-pub struct NodeBuilder {
-    node: Node,
-}
+builder!(
+    /// Builds a [`Node`]: `NodeBuilder::new("n1").label("k", "v").condition("Ready", "True", Some(at)).build()`.
+    /// Spec and status exist as soon as one call touches them, and not before.
+    NodeBuilder,
+    node: Node
+);
 
 impl NodeBuilder {
-    /// A node named `name` and nothing else.
-    pub fn new(name: &str) -> Self {
-        let mut node = Node::default();
-        node.metadata.name = Some(name.to_owned());
-        Self { node }
-    }
-
-    metadata_methods!(node: Node);
-
     /// Adds a condition of `type_` with `status` (`True`, `False`, `Unknown`), last changed at `since`.
     #[must_use]
     pub fn condition(mut self, type_: &str, status: &str, since: Option<Timestamp>) -> Self {
@@ -105,22 +96,13 @@ impl NodeBuilder {
     }
 }
 
-/// Builds a [`Pod`]: `PodBuilder::new("web").namespace("default").node("n1").priority(10).build()`.
-#[derive(Clone, Debug)]
-pub struct PodBuilder {
-    pod: Pod,
-}
+builder!(
+    /// Builds a [`Pod`]: `PodBuilder::new("web").namespace("default").node("n1").priority(10).build()`.
+    PodBuilder,
+    pod: Pod
+);
 
 impl PodBuilder {
-    /// A pod named `name` and nothing else.
-    pub fn new(name: &str) -> Self {
-        let mut pod = Pod::default();
-        pod.metadata.name = Some(name.to_owned());
-        Self { pod }
-    }
-
-    metadata_methods!(pod: Pod);
-
     /// Schedules the pod on `node` (`spec.nodeName`).
     #[must_use]
     pub fn node(mut self, node: &str) -> Self {

@@ -2,28 +2,20 @@
 
 use k8s_openapi::{api::core::v1::NodeCondition, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
 
-use super::meta::metadata_methods;
+use super::meta::builder;
 use crate::{
     Machine, MachineOperationType, MachinePhase, MachineSpec, MachineState, MachineStatus, keys::labels,
 };
 
-/// Builds a [`Machine`]: `MachineBuilder::new("m1").namespace("ns").phase(MachinePhase::Running).node("n1").build()`.
-/// The status exists as soon as one status call is made, and not before.
-#[derive(Clone, Debug)]
-pub struct MachineBuilder {
-    machine: Machine,
-}
+builder!(
+    /// Builds a [`Machine`]:
+    /// `MachineBuilder::new("m1").namespace("ns").phase(MachinePhase::Running).node("n1").build()`.
+    /// The status exists as soon as one status call is made, and not before.
+    MachineBuilder,
+    machine: Machine
+);
 
 impl MachineBuilder {
-    /// A machine named `name` and nothing else.
-    pub fn new(name: &str) -> Self {
-        let mut machine = Machine::default();
-        machine.metadata.name = Some(name.to_owned());
-        Self { machine }
-    }
-
-    metadata_methods!(machine: Machine);
-
     /// Made from the MachineClass `name` (`spec.class` kind `MachineClass`).
     #[must_use]
     pub fn class(mut self, name: &str) -> Self {

@@ -1,10 +1,28 @@
 //! The metadata calls every builder has (name, namespace, uid, labels, owners, timestamps), written once as a macro
 //! so that each builder offers them as its own methods.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::{
     Metadata, Resource,
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
 };
+
+/// `pairs` as the string map labels, annotations and selectors are.
+pub(crate) fn string_map<'a>(
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> BTreeMap<String, String> {
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect()
+}
+
+/// Adds `key=value` to an optional map, creating it when absent.
+pub(crate) fn insert(map: &mut Option<BTreeMap<String, String>>, key: &str, value: &str) {
+    map.get_or_insert_default()
+        .insert(key.to_owned(), value.to_owned());
+}
 
 /// The controller owner reference to `owner`, as a Kubernetes controller writes it (`controller` and
 /// `blockOwnerDeletion` true), from the owner's kind, name and uid.
@@ -22,6 +40,31 @@ where
         block_owner_deletion: Some(true),
     }
 }
+
+/// Declares a builder `$builder` of `$object` (kept in the field `$field`) with `new(name)` and the metadata methods;
+/// the builder's own methods go in a second `impl` block.
+macro_rules! builder {
+    ($(#[$doc:meta])* $builder:ident, $field:ident : $object:ty) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug)]
+        pub struct $builder {
+            $field: $object,
+        }
+
+        impl $builder {
+            /// An object named `name` and nothing else.
+            pub fn new(name: &str) -> Self {
+                let mut $field = <$object>::default();
+                $field.metadata.name = Some(name.to_owned());
+                Self { $field }
+            }
+
+            $crate::builders::meta::metadata_methods!($field: $object);
+        }
+    };
+}
+
+pub(crate) use builder;
 
 /// Adds the metadata methods, `with` and `build` to a builder whose `$object` (with a `metadata: ObjectMeta`) is in
 /// the field `$field`.
@@ -58,46 +101,28 @@ macro_rules! metadata_methods {
         /// Adds one label.
         #[must_use]
         pub fn label(mut self, key: &str, value: &str) -> Self {
-            self.$field
-                .metadata
-                .labels
-                .get_or_insert_default()
-                .insert(key.to_owned(), value.to_owned());
+            $crate::builders::meta::insert(&mut self.$field.metadata.labels, key, value);
             self
         }
 
         /// Sets the labels to exactly `pairs` (an empty list gives an empty, present map).
         #[must_use]
         pub fn labels<'a>(mut self, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
-            self.$field.metadata.labels = Some(
-                pairs
-                    .into_iter()
-                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                    .collect(),
-            );
+            self.$field.metadata.labels = Some($crate::builders::meta::string_map(pairs));
             self
         }
 
         /// Adds one annotation.
         #[must_use]
         pub fn annotation(mut self, key: &str, value: &str) -> Self {
-            self.$field
-                .metadata
-                .annotations
-                .get_or_insert_default()
-                .insert(key.to_owned(), value.to_owned());
+            $crate::builders::meta::insert(&mut self.$field.metadata.annotations, key, value);
             self
         }
 
         /// Sets the annotations to exactly `pairs` (an empty list gives an empty, present map).
         #[must_use]
         pub fn annotations<'a>(mut self, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
-            self.$field.metadata.annotations = Some(
-                pairs
-                    .into_iter()
-                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                    .collect(),
-            );
+            self.$field.metadata.annotations = Some($crate::builders::meta::string_map(pairs));
             self
         }
 
@@ -126,7 +151,8 @@ macro_rules! metadata_methods {
             self
         }
 
-        /// Adds the controller owner reference to `owner` ([`controller_reference`](crate::builders::controller_reference)).
+        /// Adds the controller owner reference to `owner`
+        /// ([`controller_reference`](crate::builders::controller_reference)).
         #[must_use]
         pub fn owned_by<K>(self, owner: &K) -> Self
         where

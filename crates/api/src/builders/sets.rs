@@ -1,11 +1,9 @@
 //! [`MachineSetBuilder`] and [`MachineDeploymentBuilder`]: the two kinds with a replica count, a selector and a
 //! machine template, built the same way.
 
-use std::collections::BTreeMap;
-
 use k8s_openapi::apimachinery::pkg::{apis::meta::v1::LabelSelector, util::intstr::IntOrString};
 
-use super::meta::metadata_methods;
+use super::meta::{builder, string_map};
 use crate::{MachineDeployment, MachineDeploymentStatus, MachineSet, MachineSetStatus, MachineSpec};
 
 /// Adds the replica, selector and template methods to a builder whose object (a set or a deployment) is in `$field`.
@@ -22,7 +20,7 @@ macro_rules! template_methods {
         #[must_use]
         pub fn selector<'a>(mut self, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
             self.$field.spec.selector = Some(LabelSelector {
-                match_labels: Some(map(pairs)),
+                match_labels: Some(string_map(pairs)),
                 ..LabelSelector::default()
             });
             self
@@ -36,7 +34,7 @@ macro_rules! template_methods {
                 .template
                 .metadata
                 .get_or_insert_default()
-                .labels = Some(map(pairs));
+                .labels = Some(string_map(pairs));
             self
         }
 
@@ -72,22 +70,14 @@ macro_rules! template_methods {
     };
 }
 
-/// Builds a [`MachineSet`]: `MachineSetBuilder::new("ms").namespace("ns").replicas(3).matching([("app", "web")])
-/// .class("small").build()`.
-#[derive(Clone, Debug)]
-pub struct MachineSetBuilder {
-    set: MachineSet,
-}
+builder!(
+    /// Builds a [`MachineSet`]: `MachineSetBuilder::new("ms").namespace("ns").replicas(3).matching([("app", "web")])
+    /// .class("small").build()`.
+    MachineSetBuilder,
+    set: MachineSet
+);
 
 impl MachineSetBuilder {
-    /// A set named `name` and nothing else (0 replicas, no selector, an empty template).
-    pub fn new(name: &str) -> Self {
-        let mut set = MachineSet::default();
-        set.metadata.name = Some(name.to_owned());
-        Self { set }
-    }
-
-    metadata_methods!(set: MachineSet);
     template_methods!(set);
 
     /// Sets the status.
@@ -98,22 +88,14 @@ impl MachineSetBuilder {
     }
 }
 
-/// Builds a [`MachineDeployment`]: `MachineDeploymentBuilder::new("md").replicas(3).matching([("pool", "a")])
-/// .strategy("RollingUpdate").max_surge(IntOrString::Int(1)).build()`.
-#[derive(Clone, Debug)]
-pub struct MachineDeploymentBuilder {
-    deployment: MachineDeployment,
-}
+builder!(
+    /// Builds a [`MachineDeployment`]: `MachineDeploymentBuilder::new("md").replicas(3).matching([("pool", "a")])
+    /// .strategy("RollingUpdate").max_surge(IntOrString::Int(1)).build()`.
+    MachineDeploymentBuilder,
+    deployment: MachineDeployment
+);
 
 impl MachineDeploymentBuilder {
-    /// A deployment named `name` and nothing else (0 replicas, no selector, an empty template, no strategy).
-    pub fn new(name: &str) -> Self {
-        let mut deployment = MachineDeployment::default();
-        deployment.metadata.name = Some(name.to_owned());
-        Self { deployment }
-    }
-
-    metadata_methods!(deployment: MachineDeployment);
     template_methods!(deployment);
 
     /// Sets the strategy type as written (`RollingUpdate`, `Recreate`, `OnDelete`, or a wrong one for validation).
@@ -167,11 +149,4 @@ impl MachineDeploymentBuilder {
         self.deployment.status = Some(status);
         self
     }
-}
-
-fn map<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> BTreeMap<String, String> {
-    pairs
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
 }
