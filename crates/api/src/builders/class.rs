@@ -16,7 +16,7 @@ impl MachineClassBuilder {
     /// Sets the provider name.
     #[must_use]
     pub fn provider(mut self, provider: &str) -> Self {
-        self.class.provider = provider.to_owned();
+        provider.clone_into(&mut self.class.provider);
         self
     }
 

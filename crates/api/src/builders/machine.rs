@@ -19,15 +19,15 @@ impl MachineBuilder {
     /// Made from the MachineClass `name` (`spec.class` kind `MachineClass`).
     #[must_use]
     pub fn class(mut self, name: &str) -> Self {
-        self.machine.spec.class.kind = "MachineClass".to_owned();
-        self.machine.spec.class.name = name.to_owned();
+        "MachineClass".clone_into(&mut self.machine.spec.class.kind);
+        name.clone_into(&mut self.machine.spec.class.name);
         self
     }
 
     /// Sets `spec.providerID`.
     #[must_use]
     pub fn provider_id(mut self, id: &str) -> Self {
-        self.machine.spec.provider_id = id.to_owned();
+        id.clone_into(&mut self.machine.spec.provider_id);
         self
     }
 
@@ -77,14 +77,14 @@ impl MachineBuilder {
     /// Sets the last operation's description.
     #[must_use]
     pub fn description(mut self, description: &str) -> Self {
-        self.status_mut().last_operation.description = description.to_owned();
+        description.clone_into(&mut self.status_mut().last_operation.description);
         self
     }
 
     /// Sets the last operation's error code.
     #[must_use]
     pub fn error_code(mut self, code: &str) -> Self {
-        self.status_mut().last_operation.error_code = code.to_owned();
+        code.clone_into(&mut self.status_mut().last_operation.error_code);
         self
     }
 

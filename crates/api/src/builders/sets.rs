@@ -49,8 +49,8 @@ macro_rules! template_methods {
         #[must_use]
         pub fn class(mut self, name: &str) -> Self {
             let class = &mut self.$field.spec.template.spec.class;
-            class.kind = "MachineClass".to_owned();
-            class.name = name.to_owned();
+            "MachineClass".clone_into(&mut class.kind);
+            name.clone_into(&mut class.name);
             self
         }
 
@@ -101,7 +101,7 @@ impl MachineDeploymentBuilder {
     /// Sets the strategy type as written (`RollingUpdate`, `Recreate`, `OnDelete`, or a wrong one for validation).
     #[must_use]
     pub fn strategy(mut self, r#type: &str) -> Self {
-        self.deployment.spec.strategy.r#type = r#type.to_owned();
+        r#type.clone_into(&mut self.deployment.spec.strategy.r#type);
         self
     }
 
