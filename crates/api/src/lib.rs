@@ -6,6 +6,8 @@
 //! functions returning field paths, and [`crd`] generation from the Rust types.
 
 mod bootstrap_token;
+#[cfg(feature = "builders")]
+pub mod builders;
 pub mod crd;
 pub mod duration;
 pub mod keys;

@@ -12,7 +12,10 @@ use kube::{
     api::{ListParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
 };
-use mcm_api::{Machine, MachineClass, MachinePhase, MachineSet};
+use mcm_api::{
+    Machine, MachineClass, MachinePhase, MachineSet,
+    builders::{MachineClassBuilder, MachineSetBuilder},
+};
 use mcm_apiserver::{ApiServer, Config as ServerConfig};
 use mcm_controllers::{machine, machineset, reachability};
 use mcm_core::reachability::ReachabilitySettings;
@@ -157,29 +160,22 @@ impl World {
             .create(&PostParams::default(), &secret)
             .await
             .unwrap();
-        let class: MachineClass = serde_json::from_value(json!({
-            "metadata": { "name": "small" },
-            "provider": "sim",
-            "providerSpec": { "vmPool": "p", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" } },
-            "secretRef": { "name": "boot", "namespace": "default" }
-        }))
-        .unwrap();
+        let class = MachineClassBuilder::new("small")
+            .provider("sim")
+            .provider_spec(
+                json!({ "vmPool": "p", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" } }),
+            )
+            .secret_ref("boot", "default")
+            .build();
         Api::<MachineClass>::namespaced(self.client.clone(), "default")
             .create(&PostParams::default(), &class)
             .await
             .unwrap();
-        let set: MachineSet = serde_json::from_value(json!({
-            "metadata": { "name": "workers" },
-            "spec": {
-                "replicas": 2,
-                "selector": { "matchLabels": { "pool": "workers" } },
-                "template": {
-                    "metadata": { "labels": { "pool": "workers" } },
-                    "spec": { "class": { "kind": "MachineClass", "name": "small" } }
-                }
-            }
-        }))
-        .unwrap();
+        let set = MachineSetBuilder::new("workers")
+            .replicas(2)
+            .matching([("pool", "workers")])
+            .class("small")
+            .build();
         Api::<MachineSet>::namespaced(self.client.clone(), "default")
             .create(&PostParams::default(), &set)
             .await

@@ -10,7 +10,11 @@ use kube::{
     Api, Client,
     api::{DeleteParams, ListParams, PostParams},
 };
-use mcm_api::{Machine, MachineClass, MachinePhase, keys};
+use mcm_api::{
+    Machine, MachineClass, MachinePhase,
+    builders::{MachineBuilder, MachineClassBuilder},
+    keys,
+};
 use mcm_apiserver::{ApiServer, Config as ServerConfig};
 use mcm_controllers::machine::{self, Config};
 use mcm_provider_sim::{Kubelet, KubeletConfig, SimConfig, SimDriver};
@@ -101,13 +105,11 @@ impl Harness {
             .create(&PostParams::default(), &secret)
             .await
             .unwrap();
-        let class: MachineClass = serde_json::from_value(json!({
-            "metadata": { "name": "sim-small" },
-            "provider": "sim",
-            "providerSpec": provider_spec,
-            "secretRef": { "name": "boot", "namespace": "default" }
-        }))
-        .unwrap();
+        let class = MachineClassBuilder::new("sim-small")
+            .provider("sim")
+            .provider_spec(provider_spec)
+            .secret_ref("boot", "default")
+            .build();
         Api::<MachineClass>::namespaced(self.client.clone(), "default")
             .create(&PostParams::default(), &class)
             .await
@@ -115,11 +117,7 @@ impl Harness {
     }
 
     async fn create_machine(&self, name: &str) {
-        let machine: Machine = serde_json::from_value(json!({
-            "metadata": { "name": name },
-            "spec": { "class": { "kind": "MachineClass", "name": "sim-small" } }
-        }))
-        .unwrap();
+        let machine = MachineBuilder::new(name).class("sim-small").build();
         self.machines()
             .create(&PostParams::default(), &machine)
             .await

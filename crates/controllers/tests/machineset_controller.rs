@@ -15,7 +15,10 @@ use kube::{
     api::{ListParams, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
-use mcm_api::{Machine, MachineClass, MachineDeployment, MachinePhase, MachineSet};
+use mcm_api::{
+    Machine, MachineClass, MachineDeployment, MachinePhase, MachineSet,
+    builders::{MachineClassBuilder, MachineSetBuilder},
+};
 use mcm_apiserver::{ApiServer, Config as ServerConfig};
 use mcm_controllers::{machine, machinedeployment, machineset};
 use mcm_provider_sim::{Kubelet, KubeletConfig, KubeletHandle, SimConfig, SimDriver};
@@ -135,43 +138,27 @@ impl Harness {
             .create(&PostParams::default(), &secret)
             .await
             .unwrap();
-        let class: MachineClass = serde_json::from_value(json!({
-            "metadata": { "name": "small" },
-            "provider": "sim",
-            "providerSpec": { "vmPool": "pool-a", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" } },
-            "secretRef": { "name": "boot", "namespace": "default" }
-        }))
-        .unwrap();
-        Api::<MachineClass>::namespaced(self.client.clone(), "default")
-            .create(&PostParams::default(), &class)
-            .await
-            .unwrap();
-        let medium: MachineClass = serde_json::from_value(json!({
-            "metadata": { "name": "medium" },
-            "provider": "sim",
-            "providerSpec": { "vmPool": "pool-a", "size": "medium", "tags": { "kubernetes.io/cluster/c": "1" } },
-            "secretRef": { "name": "boot", "namespace": "default" }
-        }))
-        .unwrap();
-        Api::<MachineClass>::namespaced(self.client.clone(), "default")
-            .create(&PostParams::default(), &medium)
-            .await
-            .unwrap();
+        for size in ["small", "medium"] {
+            let class = MachineClassBuilder::new(size)
+                .provider("sim")
+                .provider_spec(
+                    json!({ "vmPool": "pool-a", "size": size, "tags": { "kubernetes.io/cluster/c": "1" } }),
+                )
+                .secret_ref("boot", "default")
+                .build();
+            Api::<MachineClass>::namespaced(self.client.clone(), "default")
+                .create(&PostParams::default(), &class)
+                .await
+                .unwrap();
+        }
     }
 
     async fn create_set(&self, replicas: i32) {
-        let set: MachineSet = serde_json::from_value(json!({
-            "metadata": { "name": "workers" },
-            "spec": {
-                "replicas": replicas,
-                "selector": { "matchLabels": { "pool": "workers" } },
-                "template": {
-                    "metadata": { "labels": { "pool": "workers" } },
-                    "spec": { "class": { "kind": "MachineClass", "name": "small" } }
-                }
-            }
-        }))
-        .unwrap();
+        let set = MachineSetBuilder::new("workers")
+            .replicas(replicas)
+            .matching([("pool", "workers")])
+            .class("small")
+            .build();
         self.sets().create(&PostParams::default(), &set).await.unwrap();
     }
 

@@ -24,7 +24,11 @@ use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, PostParams},
 };
-use mcm_api::{Machine, MachineClass, MachinePhase, keys};
+use mcm_api::{
+    Machine, MachineClass, MachinePhase,
+    builders::{MachineBuilder, MachineClassBuilder},
+    keys,
+};
 use mcm_apiserver::{ApiServer, Config as ServerConfig};
 use mcm_controllers::{
     machine,
@@ -291,17 +295,15 @@ impl World {
             .create(&PostParams::default(), &secret)
             .await
             .expect("the secret is created");
-        let class: MachineClass = serde_json::from_value(json!({
-            "metadata": { "name": CLASS },
-            "provider": "sim",
-            "providerSpec": {
+        let class = MachineClassBuilder::new(CLASS)
+            .provider("sim")
+            .provider_spec(json!({
                 "vmPool": "pool",
                 "size": "small",
                 "tags": { "kubernetes.io/cluster/test": "1", "kubernetes.io/role/node": "1" }
-            },
-            "secretRef": { "name": "boot", "namespace": NAMESPACE }
-        }))
-        .expect("a class");
+            }))
+            .secret_ref("boot", NAMESPACE)
+            .build();
         Api::<MachineClass>::namespaced(self.client.clone(), NAMESPACE)
             .create(&PostParams::default(), &class)
             .await
@@ -317,11 +319,7 @@ impl World {
     }
 
     async fn create_machine(&self, name: &str) {
-        let machine: Machine = serde_json::from_value(json!({
-            "metadata": { "name": name },
-            "spec": { "class": { "kind": "MachineClass", "name": CLASS } }
-        }))
-        .expect("a machine");
+        let machine = MachineBuilder::new(name).class(CLASS).build();
         self.machines()
             .create(&PostParams::default(), &machine)
             .await

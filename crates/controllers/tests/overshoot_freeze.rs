@@ -9,7 +9,10 @@ mod support;
 
 use std::{sync::Arc, time::Duration};
 
-use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::{
+    api::core::v1::{Event, Secret},
+    apimachinery::pkg::util::intstr::IntOrString,
+};
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
@@ -17,6 +20,7 @@ use kube::{
 use mcm_api::{
     ConditionStatus, Machine, MachineClass, MachineDeployment, MachineDeploymentCondition,
     MachineDeploymentConditionType, MachinePhase, MachineSet, MachineSetCondition, MachineSetConditionType,
+    builders::{MachineBuilder, MachineClassBuilder, MachineDeploymentBuilder, MachineSetBuilder},
     keys,
 };
 use mcm_apiserver::{ApiServer, Config as ServerConfig};
@@ -159,13 +163,13 @@ impl Harness {
             .create(&PostParams::default(), &secret)
             .await
             .unwrap();
-        let class: MachineClass = serde_json::from_value(json!({
-            "metadata": { "name": "small" },
-            "provider": "sim",
-            "providerSpec": { "vmPool": "pool-a", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" } },
-            "secretRef": { "name": "boot", "namespace": NAMESPACE }
-        }))
-        .unwrap();
+        let class = MachineClassBuilder::new("small")
+            .provider("sim")
+            .provider_spec(
+                json!({ "vmPool": "pool-a", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" } }),
+            )
+            .secret_ref("boot", NAMESPACE)
+            .build();
         Api::<MachineClass>::namespaced(self.client.clone(), NAMESPACE)
             .create(&PostParams::default(), &class)
             .await
@@ -173,35 +177,23 @@ impl Harness {
     }
 
     async fn create_set(&self, name: &str, replicas: i32) {
-        let set: MachineSet = serde_json::from_value(json!({
-            "metadata": { "name": name },
-            "spec": {
-                "replicas": replicas,
-                "selector": { "matchLabels": { "pool": name } },
-                "template": {
-                    "metadata": { "labels": { "pool": name } },
-                    "spec": { "class": { "kind": "MachineClass", "name": "small" } }
-                }
-            }
-        }))
-        .unwrap();
+        let set = MachineSetBuilder::new(name)
+            .replicas(replicas)
+            .matching([("pool", name)])
+            .class("small")
+            .build();
         self.sets().create(&PostParams::default(), &set).await.unwrap();
     }
 
     async fn create_deployment(&self, name: &str, replicas: i32) {
-        let deployment: MachineDeployment = serde_json::from_value(json!({
-            "metadata": { "name": name },
-            "spec": {
-                "replicas": replicas,
-                "selector": { "matchLabels": { "pool": name } },
-                "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 1 } },
-                "template": {
-                    "metadata": { "labels": { "pool": name } },
-                    "spec": { "class": { "kind": "MachineClass", "name": "small" } }
-                }
-            }
-        }))
-        .unwrap();
+        let deployment = MachineDeploymentBuilder::new(name)
+            .replicas(replicas)
+            .matching([("pool", name)])
+            .strategy("RollingUpdate")
+            .max_surge(IntOrString::Int(1))
+            .max_unavailable(IntOrString::Int(1))
+            .class("small")
+            .build();
         self.deployments()
             .create(&PostParams::default(), &deployment)
             .await
@@ -225,24 +217,14 @@ impl Harness {
     /// An extra machine of `set` made by hand: the set's template labels, a controller reference to it, deletion
     /// priority 1 and the [`HOLD`] finalizer.
     async fn create_extra(&self, set: &MachineSet, name: &str) {
-        let machine: Machine = serde_json::from_value(json!({
-            "metadata": {
-                "name": name,
-                "labels": set.spec.template.labels(),
-                "annotations": { keys::annotations::MACHINE_PRIORITY: "1" },
-                "finalizers": [HOLD],
-                "ownerReferences": [{
-                    "apiVersion": mcm_api::API_VERSION,
-                    "kind": "MachineSet",
-                    "name": set.name_any(),
-                    "uid": set.uid().unwrap(),
-                    "controller": true,
-                    "blockOwnerDeletion": true
-                }]
-            },
-            "spec": { "class": { "kind": "MachineClass", "name": "small" } }
-        }))
-        .unwrap();
+        let labels = set.spec.template.labels();
+        let machine = MachineBuilder::new(name)
+            .labels(labels.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .annotation(keys::annotations::MACHINE_PRIORITY, "1")
+            .finalizer(HOLD)
+            .owned_by(set)
+            .class("small")
+            .build();
         self.machines()
             .create(&PostParams::default(), &machine)
             .await

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use futures::executor::block_on;
 use k8s_openapi::{ByteString, api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::ObjectMeta};
-use mcm_api::{Machine, MachineClass};
+use mcm_api::{MachineClass, builders::MachineBuilder};
 use mcm_driver::{
     CreateMachineRequest, CreateMachineResponse, DeleteMachineRequest, DeleteMachineResponse, Driver,
     DriverError, DriverMethod, GenerateMachineClassForMigrationRequest, GetMachineStatusRequest,
@@ -57,20 +57,14 @@ fn secret() -> Secret {
     }
 }
 
-fn machine() -> Machine {
-    Machine {
-        metadata: ObjectMeta {
-            name: Some("m1".into()),
-            ..Default::default()
-        },
-        ..Default::default()
-    }
-}
-
 #[test]
 fn optional_calls_answer_unimplemented_naming_the_call() {
     let provider = MinimalProvider;
-    let (machine, machine_class, secret) = (machine(), MachineClass::default(), secret());
+    let (machine, machine_class, secret) = (
+        MachineBuilder::new("m1").build(),
+        MachineClass::default(),
+        secret(),
+    );
     let initialize = InitializeMachineRequest {
         machine: machine.clone(),
         machine_class: machine_class.clone(),
@@ -134,7 +128,7 @@ fn optional_calls_answer_unimplemented_naming_the_call() {
 #[test]
 fn request_debug_output_names_the_secret_but_never_its_values() {
     let request = CreateMachineRequest {
-        machine: machine(),
+        machine: MachineBuilder::new("m1").build(),
         machine_class: MachineClass::default(),
         secret: secret(),
     };

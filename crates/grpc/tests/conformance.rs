@@ -10,7 +10,7 @@ use std::{
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::Secret;
-use mcm_api::MachineClass;
+use mcm_api::{MachineClass, builders::MachineClassBuilder};
 use mcm_driver::{
     CreateMachineRequest, CreateMachineResponse, DeleteMachineRequest, DeleteMachineResponse, Driver,
     DriverError, DriverMethod, GenerateMachineClassForMigrationRequest,
@@ -32,18 +32,17 @@ use tokio::{sync::oneshot, task::JoinHandle};
 const DEADLINE: Duration = Duration::from_mins(2);
 
 fn class() -> MachineClass {
-    serde_json::from_value(json!({
-        "metadata": { "name": "sim-small", "namespace": "default" },
-        "provider": "sim",
-        "providerSpec": {
+    MachineClassBuilder::new("sim-small")
+        .namespace("default")
+        .provider("sim")
+        .provider_spec(json!({
             "vmPool": "test-worker-pool",
             "size": "small",
             "rootFsSize": 20,
             "tags": { "kubernetes.io/cluster/conformance": "1", "kubernetes.io/role/node": "1" },
-        },
-        "secretRef": { "name": "sim-worker", "namespace": "default" },
-    }))
-    .expect("a valid class")
+        }))
+        .secret_ref("sim-worker", "default")
+        .build()
 }
 
 fn secret() -> Secret {

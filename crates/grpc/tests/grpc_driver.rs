@@ -5,7 +5,10 @@
 use std::{os::unix::fs::PermissionsExt, sync::Arc, time::Duration};
 
 use k8s_openapi::api::core::v1::Secret;
-use mcm_api::{Machine, MachineClass};
+use mcm_api::{
+    Machine, MachineClass,
+    builders::{MachineBuilder, MachineClassBuilder},
+};
 use mcm_driver::{
     CreateMachineRequest, DeleteMachineRequest, Driver, DriverMethod, GetMachineStatusRequest,
     InitializeMachineRequest, ListMachinesRequest, MachineCode,
@@ -18,13 +21,14 @@ use tokio::{sync::oneshot, task::JoinHandle};
 const DEADLINE: Duration = Duration::from_secs(30);
 
 fn class() -> MachineClass {
-    serde_json::from_value(json!({
-        "metadata": { "name": "small", "namespace": "default" },
-        "provider": "sim",
-        "providerSpec": { "vmPool": "pool", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" } },
-        "secretRef": { "name": "boot", "namespace": "default" }
-    }))
-    .unwrap()
+    MachineClassBuilder::new("small")
+        .namespace("default")
+        .provider("sim")
+        .provider_spec(
+            json!({ "vmPool": "pool", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" } }),
+        )
+        .secret_ref("boot", "default")
+        .build()
 }
 
 fn secret() -> Secret {
@@ -35,12 +39,12 @@ fn secret() -> Secret {
     .unwrap()
 }
 
+/// A machine of [`class`].
 fn machine(name: &str) -> Machine {
-    serde_json::from_value(json!({
-        "metadata": { "name": name, "namespace": "default" },
-        "spec": { "class": { "kind": "MachineClass", "name": "small" } }
-    }))
-    .unwrap()
+    MachineBuilder::new(name)
+        .namespace("default")
+        .class("small")
+        .build()
 }
 
 fn create(name: &str) -> CreateMachineRequest {

@@ -10,12 +10,13 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use k8s_openapi::{
-    api::core::v1::{AttachedVolume, Node, NodeCondition, NodeStatus},
-    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+    api::core::v1::{AttachedVolume, Node, NodeCondition},
+    apimachinery::pkg::apis::meta::v1::Time,
 };
 use mcm_api::{
     Machine, MachinePhase, MachineState, MachineStatus,
-    keys::{finalizers, labels},
+    builders::{MachineBuilder, NodeBuilder},
+    keys::finalizers,
 };
 use mcm_driver::{DriverError, MachineCode};
 
@@ -34,25 +35,17 @@ fn at(second: i64) -> Timestamp {
 
 /// A Running machine `m-1` on `node-1`, deleted at `DELETED`, with our finalizer.
 fn machine() -> Machine {
-    let mut m = Machine {
-        metadata: ObjectMeta {
-            name: Some("m-1".into()),
-            namespace: Some("default".into()),
-            deletion_timestamp: Some(Time(at(DELETED))),
-            finalizers: Some(vec![finalizers::MACHINE_CONTROLLER_MANAGER.into()]),
-            labels: Some(BTreeMap::from([(labels::NODE.into(), "node-1".into())])),
-            ..ObjectMeta::default()
-        },
-        ..Machine::default()
-    };
-    let mut status = MachineStatus::default();
-    status.current_status.phase = Some(MachinePhase::Running);
-    status.current_status.last_update_time = Some(Time(at(10)));
-    status.current_status.preserve_expiry_time = Some(Time(at(20)));
-    status.last_operation.description = "Machine m-1 successfully joined the cluster in 1m0s".into();
-    status.last_operation.error_code = "ResourceExhausted".into();
-    m.status = Some(status);
-    m
+    MachineBuilder::new("m-1")
+        .namespace("default")
+        .deleting_at(at(DELETED))
+        .finalizer(finalizers::MACHINE_CONTROLLER_MANAGER)
+        .node("node-1")
+        .phase(MachinePhase::Running)
+        .phase_since(at(10))
+        .preserved_until(at(20))
+        .description("Machine m-1 successfully joined the cluster in 1m0s")
+        .error_code("ResourceExhausted")
+        .build()
 }
 
 /// `m` in phase Terminating (since `DELETED`) with `description`.
@@ -79,22 +72,9 @@ fn unlabelled(mut m: Machine) -> Machine {
 }
 
 fn node(name: &str) -> Node {
-    Node {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        },
-        status: Some(NodeStatus {
-            conditions: Some(vec![NodeCondition {
-                type_: "Ready".into(),
-                status: "True".into(),
-                last_transition_time: Some(Time(at(0))),
-                ..NodeCondition::default()
-            }]),
-            ..NodeStatus::default()
-        }),
-        ..Node::default()
-    }
+    NodeBuilder::new(name)
+        .condition("Ready", "True", Some(at(0)))
+        .build()
 }
 
 fn not_ready(mut n: Node, since: i64) -> Node {

@@ -11,9 +11,12 @@ use std::collections::BTreeMap;
 use jiff::Timestamp;
 use k8s_openapi::{
     api::core::v1::{NodeCondition, PersistentVolumeClaimVolumeSource, Pod, PodSpec, Volume},
-    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+    apimachinery::pkg::apis::meta::v1::Time,
 };
-use mcm_api::Machine;
+use mcm_api::{
+    Machine,
+    builders::{MachineBuilder, PodBuilder},
+};
 
 use super::*;
 use crate::timeouts::{ControllerSettings, EffectiveSettings, effective_settings};
@@ -29,10 +32,7 @@ fn settings() -> EffectiveSettings {
 }
 
 fn deleted_machine() -> Machine {
-    let mut m = Machine::default();
-    m.metadata.name = Some("m-1".into());
-    m.metadata.deletion_timestamp = Some(Time(at(DELETED)));
-    m
+    MachineBuilder::new("m-1").deleting_at(at(DELETED)).build()
 }
 
 fn condition(type_: &str, status: &str, since: Option<i64>) -> NodeCondition {
@@ -45,19 +45,11 @@ fn condition(type_: &str, status: &str, since: Option<i64>) -> NodeCondition {
 }
 
 fn pod(name: &str) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("default".into()),
-            uid: Some(format!("uid-{name}")),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            node_name: Some("node-1".into()),
-            ..PodSpec::default()
-        }),
-        ..Pod::default()
-    }
+    PodBuilder::new(name)
+        .namespace("default")
+        .uid(&format!("uid-{name}"))
+        .node("node-1")
+        .build()
 }
 
 fn labelled(mut p: Pod, key: &str, value: &str) -> Pod {

@@ -12,9 +12,10 @@ mod template;
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use mcm_api::{
-    ClassSpec, Machine, MachinePhase, MachineSet, MachineSpec, MachineStatus, MachineTemplateSpec,
+    Machine, MachinePhase, MachineSet,
+    builders::{MachineBuilder, MachineSetBuilder},
     keys::finalizers,
 };
 use serde_json::Value;
@@ -33,48 +34,28 @@ fn app_labels() -> BTreeMap<String, String> {
 }
 
 fn set(replicas: i32) -> MachineSet {
-    let mut set = MachineSet::default();
-    set.metadata.name = Some("ms".into());
-    set.metadata.namespace = Some("ns".into());
-    set.metadata.uid = Some(SET_UID.into());
-    set.metadata.generation = Some(4);
-    set.metadata.finalizers = Some(vec![finalizers::MACHINE_CONTROLLER_MANAGER.into()]);
-    set.spec.replicas = replicas;
-    set.spec.selector = Some(LabelSelector {
-        match_labels: Some(app_labels()),
-        ..LabelSelector::default()
-    });
-    set.spec.template = MachineTemplateSpec {
-        metadata: Some(ObjectMeta {
-            labels: Some(app_labels()),
-            ..ObjectMeta::default()
-        }),
-        spec: MachineSpec {
-            class: ClassSpec {
-                kind: "MachineClass".into(),
-                name: "small".into(),
-                ..ClassSpec::default()
-            },
-            ..MachineSpec::default()
-        },
-    };
-    set
+    MachineSetBuilder::new("ms")
+        .namespace("ns")
+        .uid(SET_UID)
+        .generation(4)
+        .finalizer(finalizers::MACHINE_CONTROLLER_MANAGER)
+        .replicas(replicas)
+        .matching([("app", "web")])
+        .class("small")
+        .build()
 }
 
 fn machine(name: &str, phase: Option<MachinePhase>) -> Machine {
-    let mut m = Machine::default();
-    m.metadata.name = Some(name.into());
-    m.metadata.namespace = Some("ns".into());
-    m.metadata.uid = Some(format!("uid-{name}"));
-    m.metadata.labels = Some(app_labels());
-    m.metadata.creation_timestamp = Some(Time(at(100)));
-    m.metadata.owner_references = Some(vec![owner_reference(&set(1))]);
-    m.spec = set(1).spec.template.spec;
-    let mut status = MachineStatus::default();
-    status.current_status.phase = phase;
-    status.current_status.last_update_time = Some(Time(at(100)));
-    m.status = Some(status);
-    m
+    MachineBuilder::new(name)
+        .namespace("ns")
+        .uid(&format!("uid-{name}"))
+        .labels([("app", "web")])
+        .created_at(at(100))
+        .owned_by(&set(1))
+        .class("small")
+        .phase(phase)
+        .phase_since(at(100))
+        .build()
 }
 
 fn annotate(m: &mut Machine, key: &str, value: &str) {

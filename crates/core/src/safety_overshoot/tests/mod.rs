@@ -11,9 +11,10 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use mcm_api::{
     ConditionStatus, Machine, MachineDeployment, MachineSet, MachineSetCondition, MachineSetConditionType,
+    builders::{MachineBuilder, MachineDeploymentBuilder, MachineSetBuilder},
     keys::{annotations, labels},
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::*;
 use crate::{
@@ -39,15 +40,13 @@ fn owner(kind: &str, name: &str, uid: &str, controller: bool) -> OwnerReference 
 }
 
 fn set(name: &str, replicas: i32) -> MachineSet {
-    serde_json::from_value(json!({
-        "metadata": { "name": name, "namespace": NS, "uid": format!("uid-{name}"), "resourceVersion": "7" },
-        "spec": {
-            "replicas": replicas,
-            "selector": { "matchLabels": { "pool": name } },
-            "template": { "metadata": { "labels": { "pool": name } } }
-        }
-    }))
-    .unwrap()
+    MachineSetBuilder::new(name)
+        .namespace(NS)
+        .uid(&format!("uid-{name}"))
+        .resource_version("7")
+        .replicas(replicas)
+        .matching([("pool", name)])
+        .build()
 }
 
 fn owned_set(name: &str, replicas: i32, deployment: &str) -> MachineSet {
@@ -62,27 +61,29 @@ fn owned_set(name: &str, replicas: i32, deployment: &str) -> MachineSet {
 }
 
 fn deployment(name: &str, replicas: i32, max_surge: Option<Value>) -> MachineDeployment {
-    let mut value = json!({
-        "metadata": { "name": name, "namespace": NS, "uid": format!("uid-{name}"), "resourceVersion": "9" },
-        "spec": { "replicas": replicas }
-    });
-    if let Some(surge) = max_surge {
-        value["spec"]["strategy"] =
-            json!({ "type": "RollingUpdate", "rollingUpdate": { "maxSurge": surge } });
+    let deployment = MachineDeploymentBuilder::new(name)
+        .namespace(NS)
+        .uid(&format!("uid-{name}"))
+        .resource_version("9")
+        .replicas(replicas);
+    match max_surge {
+        Some(surge) => deployment
+            .strategy("RollingUpdate")
+            .max_surge(serde_json::from_value(surge).unwrap()),
+        None => deployment,
     }
-    serde_json::from_value(value).unwrap()
+    .build()
 }
 
 fn machines_of(set: &MachineSet, n: usize) -> Vec<Machine> {
     let name = name_of(&set.metadata);
     (0..n)
         .map(|i| {
-            let mut m = Machine::default();
-            m.metadata.name = Some(format!("{name}-{i}"));
-            m.metadata.namespace = Some(NS.into());
-            m.metadata.labels = Some(BTreeMap::from([("pool".into(), name.into())]));
-            m.metadata.owner_references = Some(vec![owner(MACHINE_SET_KIND, name, "x", true)]);
-            m
+            MachineBuilder::new(&format!("{name}-{i}"))
+                .namespace(NS)
+                .labels([("pool", name)])
+                .owner(owner(MACHINE_SET_KIND, name, "x", true))
+                .build()
         })
         .collect()
 }

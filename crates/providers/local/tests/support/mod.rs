@@ -11,7 +11,10 @@ use std::{
 };
 
 use k8s_openapi::{ByteString, api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::ObjectMeta};
-use mcm_api::{Machine, MachineClass};
+use mcm_api::{
+    Machine, MachineClass,
+    builders::{MachineBuilder, MachineClassBuilder},
+};
 use mcm_driver::{CreateMachineRequest, DeleteMachineRequest, GetMachineStatusRequest, ListMachinesRequest};
 use mcm_provider_local::{LocalConfig, LocalDriver};
 use serde_json::{Value, json};
@@ -155,27 +158,16 @@ pub fn class() -> MachineClass {
 }
 
 pub fn class_with(provider_spec: Value) -> MachineClass {
-    MachineClass {
-        metadata: ObjectMeta {
-            name: Some("local-small".into()),
-            namespace: Some("default".into()),
-            ..ObjectMeta::default()
-        },
-        provider: "local".into(),
-        provider_spec,
-        ..MachineClass::default()
-    }
+    MachineClassBuilder::new("local-small")
+        .namespace("default")
+        .provider("local")
+        .provider_spec(provider_spec)
+        .build()
 }
 
+/// A machine in `default`.
 pub fn machine(name: &str) -> Machine {
-    Machine {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("default".into()),
-            ..ObjectMeta::default()
-        },
-        ..Machine::default()
-    }
+    MachineBuilder::new(name).namespace("default").build()
 }
 
 /// A secret whose userData is `script`.

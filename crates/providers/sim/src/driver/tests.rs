@@ -7,6 +7,7 @@ use k8s_openapi::{
     api::core::v1::{CSIPersistentVolumeSource, HostPathVolumeSource, PersistentVolumeSpec},
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
+use mcm_api::builders::{MachineBuilder, MachineClassBuilder};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
@@ -25,16 +26,11 @@ fn example_spec() -> Value {
 }
 
 fn class_with(name: &str, provider_spec: Value) -> MachineClass {
-    MachineClass {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("default".into()),
-            ..ObjectMeta::default()
-        },
-        provider: "sim".into(),
-        provider_spec,
-        ..MachineClass::default()
-    }
+    MachineClassBuilder::new(name)
+        .namespace("default")
+        .provider("sim")
+        .provider_spec(provider_spec)
+        .build()
 }
 
 fn class() -> MachineClass {
@@ -46,17 +42,6 @@ fn other_cluster_class() -> MachineClass {
     let mut spec = example_spec();
     spec["tags"] = json!({ "kubernetes.io/cluster/other": "1", "kubernetes.io/role/node": "1" });
     class_with("other", spec)
-}
-
-fn machine(name: &str) -> Machine {
-    Machine {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("default".into()),
-            ..ObjectMeta::default()
-        },
-        ..Machine::default()
-    }
 }
 
 fn secret() -> Secret {
@@ -76,7 +61,7 @@ fn secret() -> Secret {
 
 fn create(name: &str, class: &MachineClass) -> CreateMachineRequest {
     CreateMachineRequest {
-        machine: machine(name),
+        machine: MachineBuilder::new(name).namespace("default").build(),
         machine_class: class.clone(),
         secret: secret(),
     }
@@ -84,7 +69,7 @@ fn create(name: &str, class: &MachineClass) -> CreateMachineRequest {
 
 fn delete(name: &str, class: &MachineClass) -> DeleteMachineRequest {
     DeleteMachineRequest {
-        machine: machine(name),
+        machine: MachineBuilder::new(name).namespace("default").build(),
         machine_class: class.clone(),
         secret: secret(),
     }
@@ -92,7 +77,7 @@ fn delete(name: &str, class: &MachineClass) -> DeleteMachineRequest {
 
 fn status(name: &str, class: &MachineClass) -> GetMachineStatusRequest {
     GetMachineStatusRequest {
-        machine: machine(name),
+        machine: MachineBuilder::new(name).namespace("default").build(),
         machine_class: class.clone(),
         secret: secret(),
     }
@@ -100,7 +85,7 @@ fn status(name: &str, class: &MachineClass) -> GetMachineStatusRequest {
 
 fn initialize(name: &str, class: &MachineClass) -> InitializeMachineRequest {
     InitializeMachineRequest {
-        machine: machine(name),
+        machine: MachineBuilder::new(name).namespace("default").build(),
         machine_class: class.clone(),
         secret: secret(),
     }

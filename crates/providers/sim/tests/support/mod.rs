@@ -16,7 +16,10 @@ use kube::{
     Client,
     config::{KubeConfigOptions, Kubeconfig},
 };
-use mcm_api::{Machine, MachineClass};
+use mcm_api::{
+    MachineClass,
+    builders::{MachineBuilder, MachineClassBuilder},
+};
 use mcm_apiserver::{ApiServer, Config};
 use mcm_driver::{CreateMachineRequest, DeleteMachineRequest};
 use tempfile::TempDir;
@@ -112,28 +115,11 @@ pub fn provider_spec(size: &str) -> serde_json::Value {
 
 /// A class of the simulated provider.
 pub fn class(size: &str) -> MachineClass {
-    MachineClass {
-        metadata: ObjectMeta {
-            name: Some(format!("sim-{size}")),
-            namespace: Some("default".into()),
-            ..ObjectMeta::default()
-        },
-        provider: "sim".into(),
-        provider_spec: provider_spec(size),
-        ..MachineClass::default()
-    }
-}
-
-/// A machine in `default`.
-pub fn machine(name: &str) -> Machine {
-    Machine {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("default".into()),
-            ..ObjectMeta::default()
-        },
-        ..Machine::default()
-    }
+    MachineClassBuilder::new(&format!("sim-{size}"))
+        .namespace("default")
+        .provider("sim")
+        .provider_spec(provider_spec(size))
+        .build()
 }
 
 /// The class's secret, with a userData.
@@ -155,7 +141,7 @@ pub fn secret() -> Secret {
 /// CreateMachine of a machine with a class of this size.
 pub fn create(name: &str, size: &str) -> CreateMachineRequest {
     CreateMachineRequest {
-        machine: machine(name),
+        machine: MachineBuilder::new(name).namespace("default").build(),
         machine_class: class(size),
         secret: secret(),
     }
@@ -164,7 +150,7 @@ pub fn create(name: &str, size: &str) -> CreateMachineRequest {
 /// DeleteMachine of a machine with a class of this size.
 pub fn delete(name: &str, size: &str) -> DeleteMachineRequest {
     DeleteMachineRequest {
-        machine: machine(name),
+        machine: MachineBuilder::new(name).namespace("default").build(),
         machine_class: class(size),
         secret: secret(),
     }
