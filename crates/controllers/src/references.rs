@@ -342,9 +342,16 @@ async fn check_secrets(class: &MachineClass, ctx: &Context) -> Option<Action> {
     if age < SECRET_ARRIVAL_GRACE {
         return Some(Action::requeue(SECRET_ARRIVAL_GRACE.saturating_sub(age)));
     }
-    let message = missing.join("; ");
+    let message = mcm_core::Description::SecretNotFound { missing }.to_string();
     ctx.warned
-        .warn_once(&ctx.recorder, class, None, "SecretNotFound", &message, &message)
+        .warn_once(
+            &ctx.recorder,
+            class,
+            None,
+            mcm_core::validity::SECRET_NOT_FOUND,
+            &message,
+            &message,
+        )
         .await;
     None
 }
