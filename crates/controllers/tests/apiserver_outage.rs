@@ -130,6 +130,7 @@ impl World {
                 concurrency: 2,
                 resync: Duration::from_mins(10),
             },
+            None,
             stopped(rx),
         ));
         let world = Self {

@@ -68,6 +68,7 @@ impl Harness {
             client.clone(),
             "default".into(),
             Duration::from_mins(10),
+            None,
             stopped(rx),
         ));
         Self {

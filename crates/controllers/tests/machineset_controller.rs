@@ -79,6 +79,7 @@ impl Harness {
                 concurrency: 4,
                 resync: Duration::from_mins(10),
             },
+            None,
             stopped(rx.clone()),
         ));
         let deployments = tokio::spawn(machinedeployment::run(
@@ -88,6 +89,7 @@ impl Harness {
                 concurrency: 4,
                 ..machinedeployment::Config::new("default")
             },
+            None,
             stopped(rx),
         ));
         let h = Self {

@@ -85,6 +85,7 @@ impl Harness {
                 concurrency: 4,
                 resync: Duration::from_mins(10),
             },
+            None,
             stopped(rx.clone()),
         ));
         let deployments = tokio::spawn(machinedeployment::run(
@@ -94,6 +95,7 @@ impl Harness {
                 concurrency: 4,
                 ..machinedeployment::Config::new(NAMESPACE)
             },
+            None,
             stopped(rx),
         ));
         let h = Self {
