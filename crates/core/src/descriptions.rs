@@ -164,6 +164,12 @@ impl SecretField {
     /// Both fields, in the order they are merged and reported.
     pub const ALL: [Self; 2] = [Self::SecretRef, Self::CredentialsSecretRef];
 
+    /// Whether `text` starts as a [`MissingSecret`] of this field does.
+    fn starts(self, text: &str) -> bool {
+        text.strip_prefix(self.as_str())
+            .is_some_and(|rest| rest.starts_with(SECRET_NOT_FOUND_MIDDLE))
+    }
+
     /// The field's name in a MachineClass.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -197,6 +203,11 @@ impl fmt::Display for MissingSecret {
 }
 
 impl MissingSecret {
+    /// Reads back the `; `-joined texts of [`Description::SecretNotFound`].
+    fn parse_all(text: &str) -> Option<Vec<Self>> {
+        text.split(SECRETS_SEPARATOR).map(Self::parse).collect()
+    }
+
     /// Reads one back from its `Display` text (Kubernetes names: no quotes or escapes to undo).
     fn parse(text: &str) -> Option<Self> {
         let (field, rest) = text.split_once(SECRET_NOT_FOUND_MIDDLE)?;
@@ -387,16 +398,8 @@ impl Description {
                 problems: problems.to_owned(),
             });
         }
-        let names_a_field = |field: &SecretField| {
-            text.strip_prefix(field.as_str())
-                .is_some_and(|rest| rest.starts_with(SECRET_NOT_FOUND_MIDDLE))
-        };
-        if SecretField::ALL.iter().any(names_a_field) {
-            let missing = text
-                .split(SECRETS_SEPARATOR)
-                .map(MissingSecret::parse)
-                .collect::<Option<Vec<_>>>()?;
-            return Some(Self::SecretNotFound { missing });
+        if SecretField::ALL.iter().any(|field| field.starts(text)) {
+            return MissingSecret::parse_all(text).map(|missing| Self::SecretNotFound { missing });
         }
         if let Some(rest) = text.strip_prefix(NODE_MISSING_PREFIX) {
             let machine = rest.strip_suffix(UNKNOWN_TRANSITION)?;

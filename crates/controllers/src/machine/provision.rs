@@ -225,7 +225,7 @@ pub(super) async fn create(
                 let failed_at = jiff::Timestamp::now().max(now);
                 let fingerprint = ctx.fingerprint(&machine, class);
                 ctx.memory.change(&name, |attempts| {
-                    attempts.call_failed(retry, failed_at, fingerprint)
+                    attempts.call_failed(retry, failed_at, fingerprint);
                 });
                 write_status(ctx, &machine, &status).await?;
                 let message = status

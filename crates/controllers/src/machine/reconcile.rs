@@ -286,8 +286,9 @@ pub(super) async fn migrate_class(machine: &Machine, ctx: &Context) -> Result<Ac
         }
         Outcome::OldClassMissing(problem) => report_invalid(machine, ctx, problem).await,
         Outcome::Failed(failure) => {
-            ctx.memory
-                .change(&name, |attempts| attempts.migration_failed(failure.gate.clone()));
+            ctx.memory.change(&name, |attempts| {
+                attempts.migration_failed(failure.gate.clone());
+            });
             report_blocked(machine, ctx, &failure.description, MIGRATION_FAILED).await?;
             Ok(Action::requeue(failure.requeue_after))
         }
