@@ -510,7 +510,7 @@ impl Halves {
             },
             stopped_when(stopped.clone()),
         ));
-        let references = tokio::spawn(mcm_controllers::references::run_with_metrics(
+        let references = tokio::spawn(mcm_controllers::references::run(
             self.control.clone(),
             flags.namespace.clone(),
             flags.machine_safety_resync,
@@ -552,7 +552,7 @@ impl Halves {
             },
             stopped_when(stopped.clone()),
         ));
-        let sets = tokio::spawn(mcm_controllers::machineset::run_with_metrics(
+        let sets = tokio::spawn(mcm_controllers::machineset::run(
             self.control.clone(),
             mcm_controllers::machineset::Config {
                 namespace: flags.namespace.clone(),
@@ -567,7 +567,7 @@ impl Halves {
             Some(self.registry.clone()),
             stopped_when(stopped.clone()),
         ));
-        let deployments = tokio::spawn(mcm_controllers::machinedeployment::run_with_metrics(
+        let deployments = tokio::spawn(mcm_controllers::machinedeployment::run(
             self.control.clone(),
             self.target.clone(),
             mcm_controllers::machinedeployment::Config {

@@ -70,18 +70,9 @@ impl Context {
     }
 }
 
-/// Runs the MachineSet controller until `shutdown` resolves.
+/// Runs the MachineSet controller until `shutdown` resolves. With `metrics`, its set cache feeds them at scrape
+/// time and its reconciles are metered; `None` runs the controller alone.
 pub async fn run(
-    client: Client,
-    config: Config,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    run_with_metrics(client, config, None, shutdown).await;
-}
-
-/// Runs the MachineSet controller until `shutdown` resolves, its set cache feeding `metrics` at scrape time and its
-/// reconciles metered.
-pub async fn run_with_metrics(
     client: Client,
     config: Config,
     metrics: Option<Arc<crate::metrics::Metrics>>,

@@ -67,9 +67,8 @@ impl Migration<'_> {
         };
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), self.namespace, &resource);
         let Some(old_object) = api.get_opt(&old.name).await? else {
-            return Ok(Outcome::OldClassMissing(format!(
-                "spec.class.name: Not found: {} {:?} does not exist",
-                old.kind, old.name
+            return Ok(Outcome::OldClassMissing(mcm_core::descriptions::class_not_found(
+                &old.kind, &old.name,
             )));
         };
         let fingerprint = migration::fingerprint(machine, old_object.metadata.resource_version.as_deref());

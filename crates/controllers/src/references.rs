@@ -143,19 +143,10 @@ impl ClassUses {
 }
 
 /// Runs the class and secret finalizer controllers of `namespace` until `shutdown` resolves. `resync` is how often
-/// each object is looked at again without a change (the reference: 10 minutes).
-pub async fn run(
-    client: Client,
-    namespace: String,
-    resync: Duration,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) {
-    run_with_metrics(client, namespace, resync, None, shutdown).await;
-}
-
-/// [`run`], the reconciles of both controllers metered (`machineclass`, `secret`).
+/// each object is looked at again without a change (the reference: 10 minutes). With `metrics`, the reconciles of
+/// both controllers are metered (`machineclass`, `secret`); `None` runs them alone.
 #[allow(clippy::too_many_lines)] // the wiring of the watches reads best in one place
-pub async fn run_with_metrics(
+pub async fn run(
     client: Client,
     namespace: String,
     resync: Duration,
@@ -342,9 +333,16 @@ async fn check_secrets(class: &MachineClass, ctx: &Context) -> Option<Action> {
     if age < SECRET_ARRIVAL_GRACE {
         return Some(Action::requeue(SECRET_ARRIVAL_GRACE.saturating_sub(age)));
     }
-    let message = missing.join("; ");
+    let message = mcm_core::Description::SecretNotFound { missing }.to_string();
     ctx.warned
-        .warn_once(&ctx.recorder, class, None, "SecretNotFound", &message, &message)
+        .warn_once(
+            &ctx.recorder,
+            class,
+            None,
+            mcm_core::validity::SECRET_NOT_FOUND,
+            &message,
+            &message,
+        )
         .await;
     None
 }

@@ -134,6 +134,7 @@ impl World {
                 resync: Duration::from_mins(10),
                 min_ready_seconds: mcm_core::machineset::MinReadySeconds::Ignore,
             },
+            None,
             stopped(rx),
         ));
         let world = Self {

@@ -68,6 +68,7 @@ impl Harness {
             client.clone(),
             "default".into(),
             Duration::from_mins(10),
+            None,
             stopped(rx),
         ));
         Self {
@@ -448,5 +449,78 @@ async fn a_class_whose_secret_does_not_exist_says_so_and_its_machine_waits_for_i
         .filter(|e| e.reason.as_deref() == Some("SecretNotFound"))
         .count();
     assert_eq!(class_warnings, 1);
+    h.stop().await;
+}
+
+/// A class whose Secret exists but has no `userData`: the machine says so (CrashLoopBackOff, `InvalidArgument`,
+/// naming the key and the class, never a value of the secret), no VM is asked for, and the machine waits for the
+/// secret to change instead of retrying; once `userData` is added, it runs.
+#[tokio::test]
+async fn a_secret_without_user_data_holds_its_machine_until_the_secret_changes() {
+    let h = Harness::start().await;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": { "name": "boot" },
+        "stringData": { "providerAccessKeyId": "canary-key-1234567890" }
+    }))
+    .unwrap();
+    h.api::<Secret>()
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let class: MachineClass = serde_json::from_value(json!({
+        "metadata": { "name": "small" },
+        "provider": "sim",
+        "providerSpec": { "vmPool": "pool-a", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" } },
+        "secretRef": { "name": "boot", "namespace": "default" }
+    }))
+    .unwrap();
+    h.api::<MachineClass>()
+        .create(&PostParams::default(), &class)
+        .await
+        .unwrap();
+    h.create_machine("m1", "MachineClass", "small").await;
+    let held = eventually("m1 in CrashLoopBackOff", || async {
+        h.machine("m1")
+            .await
+            .filter(|m| m.phase() == Some(MachinePhase::CrashLoopBackOff))
+    })
+    .await;
+    let operation = &held.status.as_ref().unwrap().last_operation;
+    assert_eq!(operation.error_code, "InvalidArgument");
+    assert!(
+        operation
+            .description
+            .contains(r#"the secret of machine class "small" has no "userData" key"#),
+        "{}",
+        operation.description
+    );
+    assert!(
+        !format!("{held:?}").contains("canary-key"),
+        "no value of the secret on the machine"
+    );
+    assert_eq!(
+        h.driver.faults().calls(DriverMethod::CreateMachine),
+        0,
+        "no CreateMachine without userData"
+    );
+
+    // The secret gets its userData: its change opens the retry gate and the machine runs.
+    h.api::<Secret>()
+        .patch(
+            "boot",
+            &kube::api::PatchParams::default(),
+            // `#!/bin/sh\necho <<MACHINE_NAME>>\n`
+            &kube::api::Patch::Merge(
+                json!({ "data": { "userData": "IyEvYmluL3NoCmVjaG8gPDxNQUNISU5FX05BTUU+Pgo=" } }),
+            ),
+        )
+        .await
+        .unwrap();
+    eventually("m1 Running", || async {
+        h.machine("m1")
+            .await
+            .filter(|m| m.phase() == Some(MachinePhase::Running))
+    })
+    .await;
     h.stop().await;
 }

@@ -92,6 +92,7 @@ impl Harness {
                 // These tests use minReadySeconds to hold each rollout step (`--honour-min-ready-seconds`).
                 min_ready_seconds: mcm_core::machineset::MinReadySeconds::Honour,
             },
+            None,
             stopped(rx.clone()),
         ));
         let deployments = tokio::spawn(machinedeployment::run(
@@ -101,6 +102,7 @@ impl Harness {
                 concurrency: 4,
                 ..machinedeployment::Config::new("default")
             },
+            None,
             stopped(rx),
         ));
         let h = Self {

@@ -83,6 +83,7 @@ impl Harness {
                 resync: Duration::from_mins(10),
                 min_ready_seconds: mcm_core::machineset::MinReadySeconds::Ignore,
             },
+            None,
             stopped(rx.clone()),
         ));
         let deployments = tokio::spawn(machinedeployment::run(
@@ -92,6 +93,7 @@ impl Harness {
                 concurrency: 4,
                 ..machinedeployment::Config::new("default")
             },
+            None,
             stopped(rx),
         ));
         let h = Self {

@@ -90,6 +90,7 @@ impl Harness {
                 resync: Duration::from_mins(10),
                 min_ready_seconds: mcm_core::machineset::MinReadySeconds::Ignore,
             },
+            None,
             stopped(rx.clone()),
         ));
         let deployments = tokio::spawn(machinedeployment::run(
@@ -99,6 +100,7 @@ impl Harness {
                 concurrency: 4,
                 ..machinedeployment::Config::new(NAMESPACE)
             },
+            None,
             stopped(rx),
         ));
         let h = Self {

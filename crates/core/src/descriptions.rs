@@ -30,6 +30,10 @@ const NODE_MISSING_PREFIX: &str = "Node object went missing. Machine ";
 const NODE_CONDITIONS: &str = ". Node conditions: ";
 const MIGRATION_PREFIX: &str = "Migration of ";
 const MIGRATION_MIDDLE: &str = " to MachineClass failed: ";
+const INVALID_SPEC_PREFIX: &str = "Invalid machine or class: ";
+const SECRET_NOT_FOUND_MIDDLE: &str = ": Secret ";
+const SECRET_NOT_FOUND_NAMESPACE: &str = " not found in namespace ";
+const SECRETS_SEPARATOR: &str = "; ";
 
 /// A lastOperation description of the creation flow or the health check, typed.
 ///
@@ -132,6 +136,112 @@ pub enum Description {
         /// The node conditions, summarized.
         conditions: String,
     },
+    /// New: `Invalid machine or class: <problems>`. The machine, its class or the class's Secrets fail validation
+    /// (field paths and reasons, [`mcm_api::validation::summarize`]); nothing is created until they change.
+    InvalidSpec {
+        /// The problems, each naming its field.
+        problems: String,
+    },
+    /// New: `secretRef: Secret "<name>" not found in namespace "<namespace>"`, several joined by `; ` (issue 19).
+    /// A Secret the class refers to does not exist; the machine waits for it instead of reporting a missing
+    /// `userData` key. The text starts with the reference's field, which is how it parses back.
+    SecretNotFound {
+        /// The missing Secrets, in field order (`secretRef`, then `credentialsSecretRef`); never empty.
+        missing: Vec<MissingSecret>,
+    },
+}
+
+/// The field of a class that refers to a Secret.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SecretField {
+    /// `secretRef`: the userData and the provider's secrets.
+    SecretRef,
+    /// `credentialsSecretRef`: the provider's credentials (win over `secretRef`'s).
+    CredentialsSecretRef,
+}
+
+impl SecretField {
+    /// Both fields, in the order they are merged and reported.
+    pub const ALL: [Self; 2] = [Self::SecretRef, Self::CredentialsSecretRef];
+
+    /// Whether `text` starts as a [`MissingSecret`] of this field does.
+    fn starts(self, text: &str) -> bool {
+        text.strip_prefix(self.as_str())
+            .is_some_and(|rest| rest.starts_with(SECRET_NOT_FOUND_MIDDLE))
+    }
+
+    /// The field's name in a MachineClass.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SecretRef => "secretRef",
+            Self::CredentialsSecretRef => "credentialsSecretRef",
+        }
+    }
+}
+
+/// A Secret a class refers to that does not exist: `secretRef: Secret "boot" not found in namespace "default"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MissingSecret {
+    /// The class's field naming it.
+    pub field: SecretField,
+    /// The Secret's name.
+    pub name: String,
+    /// The Secret's namespace (the controller's when the reference names none).
+    pub namespace: String,
+}
+
+impl fmt::Display for MissingSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}{SECRET_NOT_FOUND_MIDDLE}{:?}{SECRET_NOT_FOUND_NAMESPACE}{:?}",
+            self.field.as_str(),
+            self.name,
+            self.namespace
+        )
+    }
+}
+
+impl MissingSecret {
+    /// Reads back the `; `-joined texts of [`Description::SecretNotFound`].
+    fn parse_all(text: &str) -> Option<Vec<Self>> {
+        text.split(SECRETS_SEPARATOR).map(Self::parse).collect()
+    }
+
+    /// Reads one back from its `Display` text (Kubernetes names: no quotes or escapes to undo).
+    fn parse(text: &str) -> Option<Self> {
+        let (field, rest) = text.split_once(SECRET_NOT_FOUND_MIDDLE)?;
+        let field = SecretField::ALL.into_iter().find(|f| f.as_str() == field)?;
+        let (name, namespace) = rest.split_once(SECRET_NOT_FOUND_NAMESPACE)?;
+        let unquote = |text: &str| {
+            text.strip_prefix('"')?
+                .strip_suffix('"')
+                .filter(|t| !t.contains(['"', '\\']))
+                .and_then(self::name)
+        };
+        Some(Self {
+            field,
+            name: unquote(name)?,
+            namespace: unquote(namespace)?,
+        })
+    }
+}
+
+/// The problem of a machine whose class does not exist, as a field error: `spec.class.name: Not found: <kind>
+/// "<name>" does not exist`. Reported inside [`Description::InvalidSpec`].
+pub fn class_not_found(kind: &str, name: &str) -> String {
+    format!("spec.class.name: Not found: {kind} {name:?} does not exist")
+}
+
+/// The message of the Warning Event of a failed provider call of the creation flow: the call, its code and the
+/// lastOperation description written for it.
+pub fn call_failed_event(method: mcm_driver::DriverMethod, code: MachineCode, description: &str) -> String {
+    format!("{} failed ({code}): {description}", method.name())
+}
+
+/// The message of the Normal Event of a finished class migration.
+pub fn migrated_event(kind: &str, class: &str, moved: usize) -> String {
+    format!("Migrated {kind} {class} to MachineClass {class}; {moved} references moved")
 }
 
 /// Go's `status.Status.Error()` text of the reference's machine-code errors.
@@ -230,6 +340,16 @@ impl fmt::Display for Description {
                 "Machine {machine} is not healthy since {}. Changing status to failed{NODE_CONDITIONS}{conditions}",
                 go(*timeout)
             ),
+            Self::InvalidSpec { problems } => write!(f, "{INVALID_SPEC_PREFIX}{problems}"),
+            Self::SecretNotFound { missing } => {
+                for (i, secret) in missing.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(SECRETS_SEPARATOR)?;
+                    }
+                    write!(f, "{secret}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -272,6 +392,14 @@ impl Description {
                 machine: name(machine)?,
                 provider_id: provider_id.to_owned(),
             });
+        }
+        if let Some(problems) = text.strip_prefix(INVALID_SPEC_PREFIX) {
+            return Some(Self::InvalidSpec {
+                problems: problems.to_owned(),
+            });
+        }
+        if SecretField::ALL.iter().any(|field| field.starts(text)) {
+            return MissingSecret::parse_all(text).map(|missing| Self::SecretNotFound { missing });
         }
         if let Some(rest) = text.strip_prefix(NODE_MISSING_PREFIX) {
             let machine = rest.strip_suffix(UNKNOWN_TRANSITION)?;
@@ -423,7 +551,60 @@ mod tests {
                 timeout: Duration::from_mins(10),
                 conditions: "Ready=Unknown".into(),
             },
+            Description::InvalidSpec {
+                problems: class_not_found("MachineClass", "c-1"),
+            },
+            Description::SecretNotFound {
+                missing: vec![missing(SecretField::SecretRef, "boot", "default")],
+            },
+            Description::SecretNotFound {
+                missing: vec![
+                    missing(SecretField::SecretRef, "boot", "default"),
+                    missing(SecretField::CredentialsSecretRef, "creds", "infra"),
+                ],
+            },
         ]
+    }
+
+    fn missing(field: SecretField, name: &str, namespace: &str) -> MissingSecret {
+        MissingSecret {
+            field,
+            name: name.into(),
+            namespace: namespace.into(),
+        }
+    }
+
+    /// The texts users and docs/machine-controller.md know (issue 19): a missing Secret is named with its field and
+    /// namespace, an invalid machine or class with its field errors.
+    #[test]
+    fn blocked_creation_texts_are_stable() {
+        assert_eq!(
+            Description::SecretNotFound {
+                missing: vec![
+                    missing(SecretField::SecretRef, "boot", "default"),
+                    missing(SecretField::CredentialsSecretRef, "creds", "infra"),
+                ]
+            }
+            .to_string(),
+            r#"secretRef: Secret "boot" not found in namespace "default"; credentialsSecretRef: Secret "creds" not found in namespace "infra""#
+        );
+        assert_eq!(
+            Description::InvalidSpec {
+                problems: class_not_found("MachineClass", "small")
+            }
+            .to_string(),
+            r#"Invalid machine or class: spec.class.name: Not found: MachineClass "small" does not exist"#
+        );
+        assert_eq!(
+            Description::parse(r#"secretRef: Secret "boot" not found"#),
+            None,
+            "a text without its namespace is not a SecretNotFound"
+        );
+        assert_eq!(
+            Description::parse(r#"userDataRef: Secret "boot" not found in namespace "default""#),
+            None,
+            "only the class's two secret fields"
+        );
     }
 
     #[test]
@@ -567,6 +748,11 @@ mod tests {
                 Description::NodeMissing { machine: machine.clone() },
                 Description::Unhealthy { machine: machine.clone(), conditions: message.clone() },
                 Description::JoinTimedOut { machine: machine.clone(), timeout },
+                Description::InvalidSpec { problems: message.clone() },
+                Description::SecretNotFound { missing: vec![
+                    missing(SecretField::SecretRef, &machine, "default"),
+                    missing(SecretField::CredentialsSecretRef, &machine, &machine),
+                ] },
                 Description::HealthTimedOut { machine, timeout, conditions: message },
             ];
             for description in cases {

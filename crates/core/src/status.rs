@@ -33,6 +33,22 @@ pub struct StatusUpdate {
 }
 
 impl StatusUpdate {
+    /// A failed Create lastOperation saying `description` at `now`, the phase left as it is: what a machine shows
+    /// whose creation cannot start (invalid machine or class, a missing Secret, a failed class migration) until its
+    /// inputs change. Its `errorCode` is cleared: a provider's code belongs to the provider error it came with.
+    pub fn creation_blocked(description: &Description, now: Timestamp) -> Self {
+        Self {
+            last_operation: Some(operation(
+                description,
+                MachineState::Failed,
+                Some(MachineOperationType::Create),
+                None,
+                now,
+            )),
+            ..Self::default()
+        }
+    }
+
     /// The phase this update sets, if it sets one.
     pub fn phase(&self) -> Option<MachinePhase> {
         self.current_status.as_ref().and_then(|c| c.phase)
@@ -232,6 +248,29 @@ mod tests {
             ..StatusUpdate::default()
         };
         assert!(!again.changes(Some(&status)));
+    }
+
+    #[test]
+    fn a_blocked_creation_keeps_the_phase_and_is_written_once() {
+        let description = Description::InvalidSpec {
+            problems: "spec.class.name: Required value".into(),
+        };
+        let update = StatusUpdate::creation_blocked(&description, at(7));
+        let patch = update.merge_patch();
+        assert!(patch["status"].get("currentStatus").is_none(), "{patch}");
+        assert_eq!(patch["status"]["lastOperation"]["state"], "Failed");
+        assert_eq!(patch["status"]["lastOperation"]["type"], "Create");
+        assert_eq!(
+            patch["status"]["lastOperation"]["description"],
+            "Invalid machine or class: spec.class.name: Required value"
+        );
+        let mut status = MachineStatus::default();
+        status.current_status.phase = Some(MachinePhase::CrashLoopBackOff);
+        assert!(update.changes(Some(&status)));
+        update.apply(&mut status);
+        assert_eq!(status.current_status.phase, Some(MachinePhase::CrashLoopBackOff));
+        assert!(!StatusUpdate::creation_blocked(&description, at(60)).changes(Some(&status)));
+        assert_eq!(update.description(), Some(description));
     }
 
     #[test]

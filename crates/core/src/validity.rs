@@ -22,8 +22,13 @@ use mcm_api::{
     validation::{self, FieldError},
 };
 
+use crate::descriptions::{MissingSecret, SecretField};
+
 /// The reason of the conditions and of the Warning Event of an invalid object.
 pub const INVALID_SPEC: &str = "InvalidSpec";
+
+/// The reason of the Warning Events of a class whose Secret does not exist, on the class and on its machines.
+pub const SECRET_NOT_FOUND: &str = "SecretNotFound";
 
 /// Why an object is held: every field error, and the message naming them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -180,32 +185,35 @@ pub fn without_invalid_spec(conditions: &[MachineDeploymentCondition]) -> Vec<Ma
         .collect()
 }
 
-/// The class's secret references whose Secret does not exist (`exists(namespace, name)` says), each as
-/// `secretRef: Secret "x" not found in namespace "ns"`: what the machines of the class report instead of trying to
-/// create anything, and what the class's Warning Event says. A reference without a name is validation's to report;
-/// one without a namespace means `default_namespace`.
+/// The class's secret references whose Secret does not exist (`exists(namespace, name)` says), in field order: what
+/// the machines of the class report ([`Description::SecretNotFound`]) instead of trying to create anything, and what
+/// the class's Warning Event says. A reference without a name is validation's to report; one without a namespace
+/// means `default_namespace`.
 pub fn missing_secrets(
     class: &MachineClass,
     default_namespace: &str,
     exists: impl Fn(&str, &str) -> bool,
-) -> Vec<String> {
-    [
-        ("secretRef", &class.secret_ref),
-        ("credentialsSecretRef", &class.credentials_secret_ref),
-    ]
-    .into_iter()
-    .filter_map(|(field, reference)| {
-        let reference = reference.as_ref()?;
-        let name = reference.name.as_deref().filter(|n| !n.is_empty())?;
-        let namespace = reference
-            .namespace
-            .as_deref()
-            .filter(|n| !n.is_empty())
-            .unwrap_or(default_namespace);
-        (!exists(namespace, name))
-            .then(|| format!("{field}: Secret {name:?} not found in namespace {namespace:?}"))
-    })
-    .collect()
+) -> Vec<MissingSecret> {
+    SecretField::ALL
+        .into_iter()
+        .filter_map(|field| {
+            let reference = match field {
+                SecretField::SecretRef => class.secret_ref.as_ref(),
+                SecretField::CredentialsSecretRef => class.credentials_secret_ref.as_ref(),
+            }?;
+            let name = reference.name.as_deref().filter(|n| !n.is_empty())?;
+            let namespace = reference
+                .namespace
+                .as_deref()
+                .filter(|n| !n.is_empty())
+                .unwrap_or(default_namespace);
+            (!exists(namespace, name)).then(|| MissingSecret {
+                field,
+                name: name.to_owned(),
+                namespace: namespace.to_owned(),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -278,12 +286,13 @@ mod tests {
             "credentialsSecretRef": { "name": "creds", "namespace": "infra" }
         }))
         .unwrap();
+        let text = |missing: Vec<MissingSecret>| missing.iter().map(ToString::to_string).collect::<Vec<_>>();
         assert_eq!(
-            missing_secrets(&class, "default", |_, name| name == "creds"),
+            text(missing_secrets(&class, "default", |_, name| name == "creds")),
             [r#"secretRef: Secret "boot" not found in namespace "default""#]
         );
         assert_eq!(
-            missing_secrets(&class, "default", |namespace, _| namespace == "default"),
+            text(missing_secrets(&class, "default", |namespace, _| namespace == "default")),
             [r#"credentialsSecretRef: Secret "creds" not found in namespace "infra""#]
         );
         assert!(missing_secrets(&class, "default", |_, _| true).is_empty());

@@ -43,7 +43,7 @@ pub(super) async fn delete(machine: &Machine, ctx: &Context) -> Result<Action, E
     .run(machine)
     .await?;
     if requeue.is_none() {
-        ctx.memory.clear_failures(&name);
+        ctx.memory.change(&name, Attempts::creation_done);
         // A deletion can leave a VM behind (a provider that lost track of it): look for orphans soon.
         if let Some(trigger) = &ctx.orphans {
             trigger.poke();

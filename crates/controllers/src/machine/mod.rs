@@ -21,12 +21,13 @@ use kube::{
 };
 use mcm_api::{Machine, MachineClass, keys, validation};
 use mcm_core::{
-    ControllerSettings, Redactor, StatusUpdate,
-    creation::{self, CallOutcome, CreationInput, CreationStep},
+    ControllerSettings, Description, Redactor, StatusUpdate,
+    creation::{self, Attempts, CallOutcome, CreationInput, CreationStep},
+    descriptions,
     finalizers::FinalizerChange,
     health::{self, HealthInput},
     nodesync::{self, NodeSyncInput},
-    remediation, userdata,
+    remediation, userdata, validity,
 };
 use mcm_driver::{
     CreateMachineRequest, DeleteMachineRequest, Driver, DriverError, GetMachineStatusRequest,
@@ -85,7 +86,7 @@ pub struct Context {
     /// The Secrets that cannot be decoded: reported on the machines whose class uses them.
     undecodable: crate::secrets::Undecodable,
     nodes: Option<Store<Node>>,
-    /// Per machine: failures in a row, the provider retry gate, the class migration gate.
+    /// Per machine: its [`Attempts`] (failures in a row, the provider retry gate, the class migration gate).
     memory: MachineMemory,
     /// The remediation guard's lock (count → decide → write, one machine at a time), holding the machines this
     /// controller marked Failed that the cache does not show yet: name → (the resourceVersion the write replaced,

@@ -12,15 +12,24 @@ pub(super) fn request_parts(
     (machine.clone(), class.clone(), secret.clone())
 }
 
+/// Why CreateMachine cannot be called with the class's secret.
+pub(super) enum BootSecretError {
+    /// The secret itself is wrong and has to change: recorded through `creation::secret_problem`.
+    Secret(userdata::UserDataError),
+    /// The bootstrap token could not be made: recorded as the failure of the CreateMachine call.
+    Call(DriverError),
+}
+
 /// The secret passed to CreateMachine: userData rendered for the machine (and its bootstrap token, created in the
 /// target cluster when the userData asks for one). The rendered userData and the token are added to `redactor`:
 /// a provider's message may quote them.
 pub(super) async fn boot_secret(
     machine: &Machine,
+    class: &MachineClass,
     secret: &Secret,
     ctx: &Context,
     redactor: &mut Redactor,
-) -> Result<Secret, DriverError> {
+) -> Result<Secret, BootSecretError> {
     let name = machine.name_any();
     let user_data = secret
         .data
@@ -28,15 +37,18 @@ pub(super) async fn boot_secret(
         .and_then(|d| d.get(keys::user_data::KEY))
         .map(|b| b.0.clone());
     let Some(user_data) = user_data else {
-        return Err(DriverError::invalid_argument(format!(
-            "secret of the machine class has no {:?} key",
-            keys::user_data::KEY
-        )));
+        return Err(BootSecretError::Secret(
+            userdata::UserDataError::MissingUserData {
+                machine: name,
+                class: class.name_any(),
+                key: keys::user_data::KEY,
+            },
+        ));
     };
     let token = if userdata::wants_bootstrap_token(&user_data) {
         let random: [u8; 32] = rand::random();
         let token = userdata::BootstrapToken::for_machine(&name, &random)
-            .map_err(|err| DriverError::internal(format!("bootstrap token: {err}")))?;
+            .map_err(|err| BootSecretError::Call(DriverError::internal(format!("bootstrap token: {err}"))))?;
         if let Some(target) = &ctx.target {
             let expires = jiff::Timestamp::now()
                 + jiff::SignedDuration::try_from(ctx.config.settings.machine_creation_timeout)
@@ -56,10 +68,10 @@ pub(super) async fn boot_secret(
                         .ok();
                 }
                 Err(err) => {
-                    return Err(DriverError::new(
+                    return Err(BootSecretError::Call(DriverError::new(
                         MachineCode::Unavailable,
                         format!("creating the bootstrap token: {err}"),
-                    ));
+                    )));
                 }
             }
         }
@@ -92,33 +104,36 @@ pub(super) async fn create(
     // Learns the rendered userData and the bootstrap token once CreateMachine is called with them.
     let mut redactor = redactor.clone();
     let mut last: Option<CallOutcome> = None;
+    // A problem of the class's secret found instead of calling CreateMachine: the next step records it.
+    let mut secret_problem: Option<userdata::UserDataError> = None;
     for _ in 0..8 {
-        let failures = ctx.memory.failures(&name) + u32::from(matches!(&last, Some(o) if outcome_failed(o)));
+        let attempts = ctx.memory.attempts(&name);
         let node_ready = node_ready(&machine, ctx);
         let input = CreationInput {
             machine: &machine,
             settings: &ctx.config.settings,
             now,
             has_target_cluster: ctx.target.is_some(),
-            failures,
+            failures: attempts
+                .counting(secret_problem.is_some() || last.as_ref().is_some_and(CallOutcome::failed)),
             random: rand::random(),
             redactor: &redactor,
             node_ready,
         };
-        let step = creation::decide(&input, last.as_ref());
+        let step = match secret_problem.take() {
+            Some(problem) => creation::secret_problem(&input, &problem.to_string()),
+            None => creation::decide(&input, last.as_ref()),
+        };
         let (m, c, s) = request_parts(&machine, class, secret);
         last = match step {
             CreationStep::Skip => return Ok(Action::await_change()),
             CreationStep::CallGetMachineStatus => {
-                if let Some(wait) = ctx
-                    .memory
-                    .retry_wait(&name, now, &ctx.fingerprint(&machine, class))
+                let fingerprint = ctx.fingerprint(&machine, class);
+                if let Some(wait) =
+                    attempts.provider_wait(&machine, &ctx.config.settings, node_ready, now, &fingerprint)
                 {
-                    // A failed call backs off or waits for a change; the CrashLoopBackOff deadline still fires
-                    // (never while the node is healthy: the creation timeout does not fail such a machine).
-                    let deadline = creation::failure_deadline(&machine, &ctx.config.settings, node_ready);
-                    let until_deadline = Duration::try_from(deadline.duration_since(now)).unwrap_or_default();
-                    return Ok(Action::requeue(wait.min(until_deadline)));
+                    // A failed call backs off or waits for a change; the CrashLoopBackOff deadline still fires.
+                    return Ok(Action::requeue(wait));
                 }
                 Some(CallOutcome::GetMachineStatus(
                     ctx.driver
@@ -131,7 +146,7 @@ pub(super) async fn create(
                 ))
             }
             CreationStep::CallCreateMachine => {
-                let result = match boot_secret(&machine, secret, ctx, &mut redactor).await {
+                let result = match boot_secret(&machine, class, secret, ctx, &mut redactor).await {
                     Ok(boot) => {
                         ctx.driver
                             .create_machine(&CreateMachineRequest {
@@ -141,7 +156,13 @@ pub(super) async fn create(
                             })
                             .await
                     }
-                    Err(err) => Err(err),
+                    Err(BootSecretError::Call(err)) => Err(err),
+                    Err(BootSecretError::Secret(problem)) => {
+                        // No call was made: nothing for a crash point, the next step records the problem.
+                        secret_problem = Some(problem);
+                        last = None;
+                        continue;
+                    }
                 };
                 let node_exists = result.as_ref().is_ok_and(|r| ctx.node(&r.node_name).is_some());
                 if let Ok(created) = &result {
@@ -189,7 +210,7 @@ pub(super) async fn create(
                         metrics.machine_step(Step::Create, &machine, None, Some(class), took);
                     }
                 }
-                ctx.memory.clear_failures(&name);
+                ctx.memory.change(&name, Attempts::creation_done);
                 return Ok(Action::requeue(ctx.config.settings.retry.await_change_resync));
             }
             CreationStep::RecordError {
@@ -199,16 +220,13 @@ pub(super) async fn create(
                 method,
                 code,
             } => {
-                ctx.memory.note_failure(&name);
                 // The back-off runs from the failure, not from the start of the pass (earlier calls of the pass
                 // took time): a retry never comes sooner than the policy says.
                 let failed_at = jiff::Timestamp::now().max(now);
-                let gate = mcm_core::retry_policy::RetryGate::new(
-                    retry,
-                    failed_at,
-                    ctx.fingerprint(&machine, class),
-                );
-                ctx.memory.set_retry_gate(&name, gate);
+                let fingerprint = ctx.fingerprint(&machine, class);
+                ctx.memory.change(&name, |attempts| {
+                    attempts.call_failed(retry, failed_at, fingerprint);
+                });
                 write_status(ctx, &machine, &status).await?;
                 let message = status
                     .last_operation
@@ -220,7 +238,7 @@ pub(super) async fn create(
                         &machine,
                         EventType::Warning,
                         "ProviderError",
-                        &format!("{} failed ({code}): {message}", method.name()),
+                        &descriptions::call_failed_event(method, code, &message),
                     )
                     .await;
                 return Ok(requeue_after.map_or_else(Action::await_change, Action::requeue));
@@ -301,14 +319,6 @@ pub(super) async fn apply_record(
         written.resource_version().as_deref(),
     );
     Ok(written)
-}
-
-pub(super) fn outcome_failed(outcome: &CallOutcome) -> bool {
-    match outcome {
-        CallOutcome::GetMachineStatus(r) => r.is_err(),
-        CallOutcome::CreateMachine { result, .. } => result.is_err(),
-        CallOutcome::InitializeMachine { result, .. } => result.is_err(),
-    }
 }
 
 /// Whether the provider says the machine's recorded VM does not exist (GetMachineStatus NotFound). Any other answer,

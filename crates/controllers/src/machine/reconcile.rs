@@ -7,7 +7,10 @@ use super::*;
 /// The merged secret of a class: `secretRef` data with `credentialsSecretRef` data on top (credentials win). A
 /// missing secret counts as empty, as in the reference; the second value names the missing ones
 /// (`mcm_core::validity::missing_secrets`).
-pub(super) fn merged_secret(ctx: &Context, class: &MachineClass) -> (Secret, Vec<String>) {
+pub(super) fn merged_secret(
+    ctx: &Context,
+    class: &MachineClass,
+) -> (Secret, Vec<descriptions::MissingSecret>) {
     let mut data: BTreeMap<String, ByteString> = BTreeMap::new();
     for reference in [&class.secret_ref, &class.credentials_secret_ref]
         .into_iter()
@@ -138,26 +141,26 @@ pub(super) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Resul
     }
     let problems = match (&class, problems.is_empty()) {
         (_, false) => validation::summarize(&problems),
-        (None, true) => format!(
-            "spec.class.name: Not found: MachineClass {:?} does not exist",
-            machine.spec.class.name
-        ),
+        (None, true) => {
+            descriptions::class_not_found(mcm_core::migration::MACHINE_CLASS_KIND, &machine.spec.class.name)
+        }
         (Some(class), true) => validation::summarize(&validation::validate_machine_class(class)),
     };
     let Some(class) = class.filter(|_| problems.is_empty()) else {
-        return report_invalid(&machine, &ctx, &problems).await;
+        return report_invalid(&machine, &ctx, problems).await;
     };
     if let Some(problem) = ctx.undecodable.problem_of(&class, &ctx.config.namespace) {
-        return report_invalid(&machine, &ctx, &problem).await;
+        return report_invalid(&machine, &ctx, problem).await;
     }
-    let (secret, missing_secrets) = merged_secret(&ctx, &class);
-    if !missing_secrets.is_empty() {
+    let (secret, missing) = merged_secret(&ctx, &class);
+    if !missing.is_empty() {
         if waiting_for_references(&machine) {
             return Ok(Action::requeue(CLASS_ARRIVAL_GRACE));
         }
         if creation::needs_creation(&machine) {
             // Named as it is (not as a missing userData key); the secret's arrival reconciles the machine.
-            report_error(&machine, &ctx, &missing_secrets.join("; "), "SecretNotFound").await?;
+            let description = Description::SecretNotFound { missing };
+            report_blocked(&machine, &ctx, &description, validity::SECRET_NOT_FOUND).await?;
             return Ok(Action::requeue(ctx.config.settings.retry.await_change_resync));
         }
     }
@@ -166,7 +169,7 @@ pub(super) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Resul
     if creation::needs_creation(&machine) {
         return create(&machine, &class, &secret, &redactor, &ctx, now).await;
     }
-    ctx.memory.clear_failures(&name);
+    ctx.memory.change(&name, Attempts::creation_done);
     let node_name = machine.labels().get(keys::labels::NODE).cloned();
     let node = node_name.as_deref().and_then(|n| ctx.node(n));
     let mut requeue = None;
@@ -205,41 +208,40 @@ async fn add_finalizer(name: &str, patch: serde_json::Value, ctx: &Context) -> R
 /// machine arrive on different watches, so a class created just before its machine can be seen after it.
 pub(super) const CLASS_ARRIVAL_GRACE: Duration = Duration::from_secs(5);
 
+/// The reason of the Warning Event of a failed class migration.
+const MIGRATION_FAILED: &str = "MigrationFailed";
+
+/// Reports an invalid machine or class (`problems` name their fields) and waits for a change.
 pub(super) async fn report_invalid(
     machine: &Machine,
     ctx: &Context,
-    problems: &str,
+    problems: String,
 ) -> Result<Action, Error> {
-    let description = format!("Invalid machine or class: {problems}");
-    report_error(machine, ctx, &description, "InvalidSpec").await?;
+    let description = Description::InvalidSpec { problems };
+    report_blocked(machine, ctx, &description, validity::INVALID_SPEC).await?;
     // Nothing is created or destroyed: wait for the machine, its class or its secret to change.
     Ok(Action::requeue(ctx.config.settings.retry.await_change_resync))
 }
 
-/// Writes a failed Create lastOperation with `description` and records it as a Warning Event with `reason`, unless
-/// the machine already says so (no repeated writes for the same error).
-pub(super) async fn report_error(
+/// Writes the failed Create lastOperation of [`StatusUpdate::creation_blocked`] and records it as a Warning Event
+/// with `reason`, unless the machine already says so (no repeated writes for the same error).
+pub(super) async fn report_blocked(
     machine: &Machine,
     ctx: &Context,
-    description: &str,
+    description: &Description,
     reason: &str,
 ) -> Result<(), Error> {
-    let current = machine
-        .status
-        .as_ref()
-        .map(|s| s.last_operation.description.as_str());
-    if current != Some(description) {
-        let patch = json!({ "status": { "lastOperation": {
-            "description": description,
-            "state": "Failed",
-            "type": "Create",
-            "lastUpdateTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-        } } });
+    let update = StatusUpdate::creation_blocked(description, jiff::Timestamp::now());
+    if update.changes(machine.status.as_ref()) {
         ctx.machine_api()
-            .patch_status(&machine.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+            .patch_status(
+                &machine.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(update.merge_patch()),
+            )
             .await?;
         ctx.recorder
-            .record(machine, EventType::Warning, reason, description)
+            .record(machine, EventType::Warning, reason, &description.to_string())
             .await;
     }
     Ok(())
@@ -256,29 +258,23 @@ pub(super) async fn migrate_class(machine: &Machine, ctx: &Context) -> Result<Ac
         machines: &machines,
         retry: &ctx.config.settings.retry,
     };
-    let gate = ctx.memory.migration_gate(&name);
+    let attempts = ctx.memory.attempts(&name);
     let now = jiff::Timestamp::now();
     match migration
         .run(
             machine,
-            ctx.memory.failures(&name) + 1,
+            attempts.counting(true),
             rand::random(),
-            gate.as_ref(),
+            attempts.migration_gate(),
             now,
         )
         .await?
     {
-        Outcome::Waiting => Ok(Action::requeue(gate.map_or(Duration::ZERO, |g| {
-            g.not_before.duration_since(now).unsigned_abs()
-        }))),
+        Outcome::Waiting => Ok(Action::requeue(attempts.migration_wait(now))),
         Outcome::Migrated { moved } => {
-            ctx.memory.clear_failures(&name);
-            ctx.memory.set_migration_gate(&name, None);
+            ctx.memory.change(&name, Attempts::migrated);
             let old = &machine.spec.class;
-            let message = format!(
-                "Migrated {} {} to MachineClass {}; {moved} references moved",
-                old.kind, old.name, old.name
-            );
+            let message = descriptions::migrated_event(&old.kind, &old.name, moved);
             tracing::info!(machine = %name, kind = %old.kind, class = %old.name, moved, "class migrated");
             ctx.recorder
                 .record(machine, EventType::Normal, "MigratedClass", &message)
@@ -288,11 +284,12 @@ pub(super) async fn migrate_class(machine: &Machine, ctx: &Context) -> Result<Ac
         Outcome::OldClassMissing(_) if waiting_for_references(machine) => {
             Ok(Action::requeue(CLASS_ARRIVAL_GRACE))
         }
-        Outcome::OldClassMissing(problem) => report_invalid(machine, ctx, &problem).await,
+        Outcome::OldClassMissing(problem) => report_invalid(machine, ctx, problem).await,
         Outcome::Failed(failure) => {
-            ctx.memory.note_failure(&name);
-            ctx.memory.set_migration_gate(&name, Some(failure.gate.clone()));
-            report_error(machine, ctx, &failure.description.to_string(), "MigrationFailed").await?;
+            ctx.memory.change(&name, |attempts| {
+                attempts.migration_failed(failure.gate.clone());
+            });
+            report_blocked(machine, ctx, &failure.description, MIGRATION_FAILED).await?;
             Ok(Action::requeue(failure.requeue_after))
         }
     }

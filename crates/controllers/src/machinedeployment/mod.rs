@@ -116,19 +116,10 @@ fn controller_owner<'a>(owners: &'a [OwnerReference], kind: &str) -> Option<&'a 
 }
 
 /// Runs the MachineDeployment controller until `shutdown` resolves. `target` is the cluster of the nodes (`None`:
-/// no node annotations or taints).
-pub async fn run(
-    client: Client,
-    target: Option<Client>,
-    config: Config,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    run_with_metrics(client, target, config, None, shutdown).await;
-}
-
-/// [`run`], the deployment cache feeding `metrics` at scrape time and the reconciles metered.
+/// no node annotations or taints). With `metrics`, the deployment cache feeds them at scrape time and the
+/// reconciles are metered; `None` runs the controller alone.
 #[allow(clippy::too_many_lines)] // the wiring of the watches reads best in one place
-pub async fn run_with_metrics(
+pub async fn run(
     client: Client,
     target: Option<Client>,
     config: Config,

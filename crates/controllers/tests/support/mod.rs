@@ -214,7 +214,7 @@ impl Cluster {
         metrics: Option<Arc<mcm_controllers::metrics::Metrics>>,
     ) {
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(mcm_controllers::machineset::run_with_metrics(
+        let task = tokio::spawn(mcm_controllers::machineset::run(
             self.client.clone(),
             mcm_controllers::machineset::Config {
                 namespace: NAMESPACE.into(),
@@ -243,7 +243,7 @@ impl Cluster {
         metrics: Option<Arc<mcm_controllers::metrics::Metrics>>,
     ) {
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(mcm_controllers::machinedeployment::run_with_metrics(
+        let task = tokio::spawn(mcm_controllers::machinedeployment::run(
             self.client.clone(),
             Some(self.client.clone()),
             config,

@@ -38,6 +38,17 @@ pub enum CallOutcome {
     },
 }
 
+impl CallOutcome {
+    /// Whether the call failed (the decision on it counts one more failure, [`super::Attempts::counting`]).
+    pub fn failed(&self) -> bool {
+        match self {
+            Self::GetMachineStatus(result) => result.is_err(),
+            Self::CreateMachine { result, .. } => result.is_err(),
+            Self::InitializeMachine { result, .. } => result.is_err(),
+        }
+    }
+}
+
 /// What the creation decision needs besides the provider's answers.
 #[derive(Clone, Copy, Debug)]
 pub struct CreationInput<'a> {
