@@ -27,6 +27,8 @@ pub mod leader;
 pub mod machineset;
 // Moving machines from a class of another kind to a `MachineClass` (spec 000).
 pub mod migration;
+// What a kubelet reports (conditions, Lease, status timing), shared by the sim kubelet and `mcm node-agent`.
+pub mod node_report;
 // The node template (labels, annotations, taints, virtual capacity) as minimal node patches.
 pub mod nodesync;
 // Semantic equality of Kubernetes quantities (`1Gi` = `1024Mi`).
