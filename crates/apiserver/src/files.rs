@@ -71,7 +71,10 @@ mod tests {
         write_atomic(&path, b"new", 0o600).unwrap();
         assert_eq!(fs::read(&path).unwrap(), b"new");
         assert_eq!(mode(&path), 0o600);
-        let names: Vec<_> = fs::read_dir(&private).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = fs::read_dir(&private)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, ["key.pem"]);
     }
 

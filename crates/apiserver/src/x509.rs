@@ -483,7 +483,9 @@ mod tests {
             "1950-01-01T00:00:00Z"
         );
         assert_eq!(
-            der_time(GENERALIZED_TIME, b"20400506000000Z").unwrap().to_string(),
+            der_time(GENERALIZED_TIME, b"20400506000000Z")
+                .unwrap()
+                .to_string(),
             "2040-05-06T00:00:00Z"
         );
         assert!(der_time(UTC_TIME, b"20400506000000Z").is_none());

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use jiff::Timestamp;
 use k8s_openapi::{
     api::{
         coordination::v1::{Lease, LeaseSpec},
@@ -12,7 +13,6 @@ use k8s_openapi::{
     },
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time},
 };
-use jiff::Timestamp;
 use mcm_api::keys::kubernetes::NODE_LEASE_NAMESPACE;
 use serde_json::{Value, json};
 
@@ -279,7 +279,10 @@ mod tests {
             [],
         );
         stamp(&mut next, &current, at(2_000));
-        assert!(next.iter().all(|c| c.last_heartbeat_time == Some(Time(at(2_000)))));
+        assert!(
+            next.iter()
+                .all(|c| c.last_heartbeat_time == Some(Time(at(2_000))))
+        );
         assert_eq!(next[0].last_transition_time, Some(Time(at(1_000))));
         assert_eq!(next[3].last_transition_time, Some(Time(at(2_000))));
     }

@@ -8,10 +8,7 @@ use k8s_openapi::{
         coordination::v1::Lease,
         core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo},
     },
-    apimachinery::pkg::{
-        api::resource::Quantity,
-        apis::meta::v1::ObjectMeta,
-    },
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
     jiff::Timestamp,
 };
 use kube::{
@@ -24,7 +21,9 @@ use serde_json::{Value, json};
 
 use super::{
     Backoff,
-    conditions::{CONDITIONS_DIR, FileCondition, merged_conditions, read_condition_files, reported_conditions},
+    conditions::{
+        CONDITIONS_DIR, FileCondition, merged_conditions, read_condition_files, reported_conditions,
+    },
     host::{go_arch, go_os, os_image, read_trimmed},
     settings::Settings,
 };

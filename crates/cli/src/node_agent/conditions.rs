@@ -92,7 +92,11 @@ pub(super) fn reported_conditions(files: &BTreeMap<String, FileCondition>) -> Ve
         )
     };
     node_report::reported_conditions(
-        |kubelet| files.get(kubelet.type_).map(|file| from_file(kubelet.type_, file)),
+        |kubelet| {
+            files
+                .get(kubelet.type_)
+                .map(|file| from_file(kubelet.type_, file))
+        },
         files
             .iter()
             .filter(|(type_, _)| !node_report::is_kubelet_condition(type_))

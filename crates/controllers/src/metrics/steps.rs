@@ -68,7 +68,6 @@ pub fn placement(machine: &Machine, node: Option<&Node>, class: Option<&MachineC
     (instance_type, zone)
 }
 
-
 impl Metrics {
     /// Sets the gauge of `step` for the machine's deployment (its `name` label) to `took`. A machine without a
     /// `name` label belongs to no deployment and is not recorded (as in the reference).

@@ -52,19 +52,22 @@ pub(super) struct VmView {
 /// The conditions the node reports (without times): kubelet's, faults applied.
 fn desired_conditions(faults: Option<&NodeFaults>) -> Vec<NodeCondition> {
     let forced = faults.map(|f| &f.conditions);
-    let fault = |type_: &str, status: &str| condition(type_, status, "SimulatedFault", "set by fault injection");
+    let fault =
+        |type_: &str, status: &str| condition(type_, status, "SimulatedFault", "set by fault injection");
     node_report::reported_conditions(
         |kubelet| match forced.and_then(|f| f.get(kubelet.type_)).map(|s| s.as_str()) {
-            Some(status) if status != kubelet.status => Some(if kubelet.type_ == "Ready" && status == "False" {
-                condition(
-                    "Ready",
-                    status,
-                    "KubeletNotReady",
-                    "the node is not ready (simulated fault)",
-                )
-            } else {
-                fault(kubelet.type_, status)
-            }),
+            Some(status) if status != kubelet.status => {
+                Some(if kubelet.type_ == "Ready" && status == "False" {
+                    condition(
+                        "Ready",
+                        status,
+                        "KubeletNotReady",
+                        "the node is not ready (simulated fault)",
+                    )
+                } else {
+                    fault(kubelet.type_, status)
+                })
+            }
             _ => None,
         },
         forced
@@ -127,6 +130,10 @@ pub(super) fn stamped(
     now: jiff::Timestamp,
 ) -> NodeStatus {
     let current = current.and_then(|s| s.conditions.as_deref()).unwrap_or_default();
-    node_report::stamp(desired.conditions.as_deref_mut().unwrap_or_default(), current, now);
+    node_report::stamp(
+        desired.conditions.as_deref_mut().unwrap_or_default(),
+        current,
+        now,
+    );
     desired
 }
