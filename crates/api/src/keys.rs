@@ -139,4 +139,24 @@ pub mod extensions {
     pub const DELETE_POLICY: &str = "machine.sapcloud.io/delete-policy";
     /// Pod label: `skip` leaves the pod alone during a drain, `wait-completed` waits for it to finish.
     pub const DRAIN_LABEL: &str = "drain.machine.sapcloud.io";
+    /// Node annotation, value `"true"`: the node's kubelet (the sim kubelet, a node agent) ends the node's deleting
+    /// pods itself, so the embedded API server leaves them to it while the node's Lease is fresh.
+    pub const AGENT_TERMINATES_PODS: &str = "node.machine.sapcloud.io/agent-terminates-pods";
+}
+
+/// Kubernetes' own well-known node keys and names, as kubelet and cloud providers write them: the node reporters
+/// (the sim kubelet, `mcm node-agent`) set them, the controllers and the embedded API server read them.
+pub mod kubernetes {
+    /// Node label: the node's host name (kubelet sets the node name).
+    pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+    /// Node label: the operating system, as Go names it (`linux`).
+    pub const OS_LABEL: &str = "kubernetes.io/os";
+    /// Node label: the architecture, as Go names it (`amd64`, `arm64`).
+    pub const ARCH_LABEL: &str = "kubernetes.io/arch";
+    /// Node label: the VM's instance type (size); a metric label of the machine steps.
+    pub const INSTANCE_TYPE_LABEL: &str = "node.kubernetes.io/instance-type";
+    /// Node label: the zone; a metric label of the machine steps.
+    pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+    /// The namespace of the node Leases, which kubelets renew as their heartbeat.
+    pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 }

@@ -50,7 +50,7 @@ pub const BOOTSTRAP_TOKEN_SECRET_PREFIX: &str = "bootstrap-token-";
 /// Bootstrap token Secrets live here.
 pub const BOOTSTRAP_TOKEN_NAMESPACE: &str = "kube-system";
 /// Node Leases live here.
-pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+pub use mcm_api::keys::kubernetes::NODE_LEASE_NAMESPACE;
 
 /// Who is calling.
 #[derive(Clone, Debug, PartialEq, Eq)]

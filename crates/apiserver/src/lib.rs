@@ -12,6 +12,7 @@ pub mod defaults;
 pub mod discovery;
 pub mod disruption;
 pub mod error;
+pub mod files;
 pub mod gc;
 pub mod hooks;
 pub mod limits;

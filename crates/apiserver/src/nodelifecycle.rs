@@ -6,6 +6,7 @@
 use crate::objects::timestamp;
 use std::time::Duration;
 
+use mcm_api::keys::kubernetes::NODE_LEASE_NAMESPACE;
 use serde_json::{Value, json};
 
 use crate::store::{Mutation, Store};
@@ -110,7 +111,7 @@ pub fn monitor(store: &Store, now: jiff::Timestamp, grace: Duration) {
     let (nodes, _) = store.list("/nodes", None);
     for node in nodes {
         let name = node["metadata"]["name"].as_str().unwrap_or_default().to_owned();
-        let lease = store.get("coordination.k8s.io/leases", "kube-node-lease", &name);
+        let lease = store.get("coordination.k8s.io/leases", NODE_LEASE_NAMESPACE, &name);
         let result = store.mutate("/nodes", "", &name, |current| {
             let Some(current) = current else {
                 return Ok(Mutation::Unchanged);

@@ -8,11 +8,10 @@
 
 use std::fmt::{self, Write as _};
 use std::fs;
-use std::io::{self, Write};
+use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use base64::Engine;
@@ -27,7 +26,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
 
-use crate::x509::CertificateRequest;
+use crate::{files, x509::CertificateRequest};
 
 /// File name of the CA certificate in the data directory.
 const CA_CERT_FILE: &str = "ca.crt";
@@ -628,11 +627,7 @@ fn serving_pair_is_usable(ca_cert_pem: &str, cert_pem: &str, key_pem: &str, name
 
 /// Creates a directory (and its parents) with mode 0700 when missing.
 fn create_private_dir(dir: &Path) -> Result<(), PkiError> {
-    let mut builder = fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir).map_err(|source| PkiError::Write {
+    files::create_private_dir(dir).map_err(|source| PkiError::Write {
         path: dir.to_owned(),
         source,
     })
@@ -650,49 +645,18 @@ fn read_optional(path: &Path) -> Result<Option<String>, PkiError> {
     }
 }
 
-/// Writes a file through a temporary file created with `mode` beside it and a rename, so that readers see the
-/// old content or the new one, never a part, and a secret is never readable by others, not even briefly.
+/// Writes a file atomically with `mode` (see [`files::write_atomic`]).
 fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> Result<(), PkiError> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let write_error = |source| PkiError::Write {
+    files::write_atomic(path, contents, mode).map_err(|source| PkiError::Write {
         path: path.to_owned(),
         source,
-    };
-    let Some(file_name) = path.file_name() else {
-        return Err(write_error(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a file path",
-        )));
-    };
-    let mut temp_name = std::ffi::OsString::from(".");
-    temp_name.push(file_name);
-    temp_name.push(format!(
-        ".tmp.{}.{}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let temp_path = path.with_file_name(temp_name);
-
-    let mut options = fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
-    #[cfg(not(unix))]
-    let _ = mode;
-    let result = options.open(&temp_path).and_then(|mut file| {
-        file.write_all(contents)?;
-        file.sync_all()?;
-        fs::rename(&temp_path, path)
-    });
-    if let Err(source) = result {
-        let _ = fs::remove_file(&temp_path);
-        return Err(write_error(source));
-    }
-    Ok(())
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
     use super::*;
 
     /// A fresh directory under the system temp dir, removed on drop.

@@ -9,6 +9,7 @@
 use crate::objects::timestamp;
 use std::time::Duration;
 
+use mcm_api::keys::kubernetes::NODE_LEASE_NAMESPACE;
 use serde_json::{Value, json};
 
 use crate::{
@@ -16,8 +17,7 @@ use crate::{
     store::{Mutation, Store},
 };
 
-/// Node annotation by which a node agent says it terminates its pods itself (value `true`).
-pub const AGENT_TERMINATES_PODS: &str = "node.machine.sapcloud.io/agent-terminates-pods";
+pub use mcm_api::keys::extensions::AGENT_TERMINATES_PODS;
 
 /// A pod's default grace period when its spec names none (Kubernetes' default).
 const DEFAULT_GRACE_SECONDS: i64 = 30;
@@ -73,7 +73,7 @@ fn agent_terminates(store: &Store, node: &str, now: jiff::Timestamp, grace: Dura
         return false;
     }
     store
-        .get("coordination.k8s.io/leases", "kube-node-lease", node)
+        .get("coordination.k8s.io/leases", NODE_LEASE_NAMESPACE, node)
         .is_some_and(|lease| {
             lease["spec"]["renewTime"]
                 .as_str()

@@ -32,6 +32,8 @@ const OCTET_STRING: u8 = 0x04;
 const OID: u8 = 0x06;
 const SEQUENCE: u8 = 0x30;
 const SET: u8 = 0x31;
+const UTC_TIME: u8 = 0x17;
+const GENERALIZED_TIME: u8 = 0x18;
 /// `[0]`, constructed: the certificate's version, the request's attributes.
 const CONTEXT_0: u8 = 0xa0;
 
@@ -190,8 +192,9 @@ fn parse_name(name: Tlv<'_>) -> Result<Subject, X509Error> {
     Ok(subject)
 }
 
-/// The subject of a DER X.509 certificate.
-pub fn certificate_subject(der: &[u8]) -> Result<Subject, X509Error> {
+/// The tbsCertificate of a DER X.509 certificate read up to its validity: the validity, and a reader at the
+/// subject.
+fn tbs_to_validity(der: &[u8]) -> Result<(Tlv<'_>, Reader<'_>), X509Error> {
     let mut outer = Reader(der);
     let certificate = outer.expect(SEQUENCE, "certificate")?;
     outer.finish()?;
@@ -202,8 +205,67 @@ pub fn certificate_subject(der: &[u8]) -> Result<Subject, X509Error> {
     tbs.expect(INTEGER, "serial number")?;
     tbs.expect(SEQUENCE, "signature algorithm")?;
     tbs.expect(SEQUENCE, "issuer")?;
-    tbs.expect(SEQUENCE, "validity")?;
-    parse_name(tbs.expect(SEQUENCE, "subject")?)
+    let validity = tbs.expect(SEQUENCE, "validity")?;
+    Ok((validity, tbs))
+}
+
+/// The subject of a DER X.509 certificate.
+pub fn certificate_subject(der: &[u8]) -> Result<Subject, X509Error> {
+    let (_, mut rest) = tbs_to_validity(der)?;
+    parse_name(rest.expect(SEQUENCE, "subject")?)
+}
+
+/// What the holder of a certificate checks before reusing it (a node agent after a restart).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertificateFacts {
+    /// The subject.
+    pub subject: Subject,
+    /// The end of the validity.
+    pub not_after: jiff::Timestamp,
+    /// The whole DER SubjectPublicKeyInfo, to compare with the private key's.
+    pub public_key_info: Vec<u8>,
+}
+
+/// The subject, notAfter and public key of a DER X.509 certificate (its signature is not checked).
+pub fn certificate_facts(der: &[u8]) -> Result<CertificateFacts, X509Error> {
+    let (validity, mut rest) = tbs_to_validity(der)?;
+    let subject = parse_name(rest.expect(SEQUENCE, "subject")?)?;
+    let spki = rest.expect(SEQUENCE, "subjectPublicKeyInfo")?;
+    let mut times = Reader(validity.value);
+    times.any()?; // notBefore
+    let not_after = times.any()?;
+    Ok(CertificateFacts {
+        subject,
+        not_after: der_time(not_after.tag, not_after.value).ok_or(X509Error::Malformed("notAfter"))?,
+        public_key_info: spki.raw.to_vec(),
+    })
+}
+
+/// A UTCTime (`YYMMDDHHMMSSZ`, years 1950 to 2049) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
+pub fn der_time(tag: u8, content: &[u8]) -> Option<jiff::Timestamp> {
+    let text = std::str::from_utf8(content).ok()?.strip_suffix('Z')?;
+    let full = match (tag, text.len()) {
+        (UTC_TIME, 12) => {
+            let year: u32 = text[..2].parse().ok()?;
+            format!("{}{text}", if year < 50 { "20" } else { "19" })
+        }
+        (GENERALIZED_TIME, 14) => text.to_owned(),
+        _ => return None,
+    };
+    if !full.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    format!(
+        "{}-{}-{}T{}:{}:{}Z",
+        &full[..4],
+        &full[4..6],
+        &full[6..8],
+        &full[8..10],
+        &full[10..12],
+        &full[12..14]
+    )
+    .parse()
+    .ok()
 }
 
 /// A PKCS#10 certificate request whose signature verified.
@@ -391,5 +453,42 @@ mod tests {
         assert_eq!(subject.organizations, ["system:nodes", "extra"]);
         assert_eq!(subject.other_attributes, 1);
         assert!(certificate_subject(&certificate.der()[..40]).is_err());
+    }
+
+    #[test]
+    fn a_certificate_yields_its_not_after_and_public_key() {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::default();
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "system:node:n1");
+        params.not_after = rcgen::date_time_ymd(2040, 5, 6);
+        let certificate = params.self_signed(&key).unwrap();
+        let facts = certificate_facts(certificate.der()).unwrap();
+        assert_eq!(facts.subject.common_name(), Some("system:node:n1"));
+        assert_eq!(facts.not_after.to_string(), "2040-05-06T00:00:00Z");
+        assert_eq!(facts.public_key_info, key.subject_public_key_info());
+        assert!(certificate_facts(&certificate.der()[..60]).is_err());
+    }
+
+    #[test]
+    fn der_times_read_both_encodings_and_utc_years_wrap_at_1950() {
+        assert_eq!(
+            der_time(UTC_TIME, b"491231235959Z").unwrap().to_string(),
+            "2049-12-31T23:59:59Z"
+        );
+        assert_eq!(
+            der_time(UTC_TIME, b"500101000000Z").unwrap().to_string(),
+            "1950-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            der_time(GENERALIZED_TIME, b"20400506000000Z")
+                .unwrap()
+                .to_string(),
+            "2040-05-06T00:00:00Z"
+        );
+        assert!(der_time(UTC_TIME, b"20400506000000Z").is_none());
+        assert!(der_time(GENERALIZED_TIME, b"2040050600000xZ").is_none());
     }
 }

@@ -29,6 +29,8 @@ pub mod machineset;
 pub mod migration;
 // Deleting a Node deletes its Machine; a deleting node no machine names loses our finalizer.
 pub mod node_deletion;
+// What a kubelet reports (conditions, Lease, status timing), shared by the sim kubelet and `mcm node-agent`.
+pub mod node_report;
 // The node template (labels, annotations, taints, virtual capacity) as minimal node patches.
 pub mod nodesync;
 // Semantic equality of Kubernetes quantities (`1Gi` = `1024Mi`).

@@ -5,39 +5,31 @@ use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
 use k8s_openapi::{
     api::{
-        coordination::v1::{Lease, LeaseSpec},
+        coordination::v1::Lease,
         core::v1::{Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo},
     },
-    apimachinery::pkg::{
-        api::resource::Quantity,
-        apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference},
-    },
+    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::ObjectMeta},
     jiff::Timestamp,
 };
 use kube::{
     Api, Client,
     api::{Patch, PatchParams, PostParams},
 };
+use mcm_api::keys::kubernetes::{ARCH_LABEL, HOSTNAME_LABEL, NODE_LEASE_NAMESPACE, OS_LABEL};
+use mcm_core::node_report::{self, DEFAULT_LEASE_DURATION, MAX_PODS, NodeLease, StatusReport};
 use serde_json::{Value, json};
 
 use super::{
     Backoff,
     conditions::{
-        CONDITIONS_DIR, FileCondition, fingerprint, merged_conditions, read_condition_files,
-        reported_conditions,
+        CONDITIONS_DIR, FileCondition, merged_conditions, read_condition_files, reported_conditions,
     },
     host::{go_arch, go_os, os_image, read_trimmed},
     settings::Settings,
 };
 
-/// The namespace of node Leases.
-const LEASE_NAMESPACE: &str = "kube-node-lease";
-/// `leaseDurationSeconds` of the node's Lease (kubelet's default).
-const LEASE_DURATION_SECONDS: i32 = 40;
-/// Pods a node takes (kubelet's default `maxPods`).
-const MAX_PODS: &str = "110";
-/// The node status is written at least every this many heartbeats.
-const STATUS_EVERY: u32 = 4;
+/// The node status is written when it changed and at least every 4 heartbeats, as kubelet does.
+const STATUS_REPORT: StatusReport = StatusReport::AtLeastEvery(4);
 
 /// What happened in one heartbeat.
 enum Beat {
@@ -78,12 +70,12 @@ impl Agent {
         let resources = BTreeMap::from([
             ("cpu".to_owned(), Quantity(settings.cpu.clone())),
             ("memory".to_owned(), Quantity(settings.memory.clone())),
-            ("pods".to_owned(), Quantity(MAX_PODS.to_owned())),
+            ("pods".to_owned(), Quantity(MAX_PODS.to_string())),
         ]);
         let labels = BTreeMap::from([
-            ("kubernetes.io/hostname".to_owned(), name.clone()),
-            ("kubernetes.io/os".to_owned(), go_os().to_owned()),
-            ("kubernetes.io/arch".to_owned(), go_arch().to_owned()),
+            (HOSTNAME_LABEL.to_owned(), name.clone()),
+            (OS_LABEL.to_owned(), go_os().to_owned()),
+            (ARCH_LABEL.to_owned(), go_arch().to_owned()),
         ]);
         let addresses = vec![
             NodeAddress {
@@ -110,7 +102,7 @@ impl Agent {
         };
         Self {
             nodes: Api::all(client.clone()),
-            leases: Api::namespaced(client, LEASE_NAMESPACE),
+            leases: Api::namespaced(client, NODE_LEASE_NAMESPACE),
             name,
             interval: settings.heartbeat_interval,
             conditions_dir: settings.machine_dir.join(CONDITIONS_DIR),
@@ -296,37 +288,19 @@ impl Agent {
     }
 
     async fn renew_lease(&self, uid: &str) -> anyhow::Result<()> {
-        let owner = OwnerReference {
-            api_version: "v1".into(),
-            kind: "Node".into(),
-            name: self.name.clone(),
-            uid: uid.to_owned(),
-            ..OwnerReference::default()
-        };
-        let spec = LeaseSpec {
-            holder_identity: Some(self.name.clone()),
-            lease_duration_seconds: Some(LEASE_DURATION_SECONDS),
-            renew_time: Some(MicroTime(Timestamp::now())),
-            ..LeaseSpec::default()
-        };
-        let patch = json!({ "metadata": { "ownerReferences": [owner] }, "spec": spec });
+        let lease = NodeLease::new(&self.name, uid, DEFAULT_LEASE_DURATION, Timestamp::now());
         match self
             .leases
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(
+                &self.name,
+                &PatchParams::default(),
+                &Patch::Merge(&lease.renewal_patch()),
+            )
             .await
         {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 404 => {
-                let lease = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(self.name.clone()),
-                        namespace: Some(LEASE_NAMESPACE.into()),
-                        owner_references: Some(vec![owner]),
-                        ..ObjectMeta::default()
-                    },
-                    spec: Some(spec),
-                };
-                match self.leases.create(&PostParams::default(), &lease).await {
+                match self.leases.create(&PostParams::default(), &lease.lease()).await {
                     Ok(_) => {
                         tracing::info!("lease created");
                         Ok(())
@@ -349,9 +323,9 @@ impl Agent {
         let current_conditions = current.conditions.clone().unwrap_or_default();
         let now = Timestamp::now();
         let conditions = merged_conditions(&current_conditions, &reported_conditions(files), now);
-        let changed = fingerprint(&conditions) != fingerprint(&current_conditions)
+        let changed = node_report::fingerprint(&conditions) != node_report::fingerprint(&current_conditions)
             || self.written.as_ref() != Some(&Self::reported_fields(&current));
-        if !changed && !self.force_status && self.beats_since_status < STATUS_EVERY {
+        if !self.force_status && !STATUS_REPORT.is_due(changed, self.beats_since_status) {
             return Ok(());
         }
         let patch = json!({

@@ -7,35 +7,13 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use k8s_openapi::{api::core::v1::NodeCondition, apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+use k8s_openapi::{api::core::v1::NodeCondition, jiff::Timestamp};
+use mcm_core::node_report::{self, condition};
 
 /// The directory of the condition files in `--machine-dir`.
 pub(super) const CONDITIONS_DIR: &str = "conditions";
 /// The reason of conditions set by files.
 pub(super) const FILE_REASON: &str = "NodeAgentFile";
-
-/// The conditions kubelet posts: type, healthy status, reason, message.
-const BUILT_IN_CONDITIONS: [(&str, &str, &str, &str); 4] = [
-    (
-        "MemoryPressure",
-        "False",
-        "KubeletHasSufficientMemory",
-        "kubelet has sufficient memory available",
-    ),
-    (
-        "DiskPressure",
-        "False",
-        "KubeletHasNoDiskPressure",
-        "kubelet has no disk pressure",
-    ),
-    (
-        "PIDPressure",
-        "False",
-        "KubeletHasSufficientPID",
-        "kubelet has sufficient PID available",
-    ),
-    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-];
 
 /// The status of a condition file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -103,18 +81,7 @@ pub(super) fn read_condition_files(
     conditions
 }
 
-pub(super) fn condition(type_: &str, status: &str, reason: &str, message: &str) -> NodeCondition {
-    NodeCondition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: Some(reason.into()),
-        message: Some(message.into()),
-        last_heartbeat_time: None,
-        last_transition_time: None,
-    }
-}
-
-/// The conditions the agent reports (without times): the built-in ones, overridden or added by files.
+/// The conditions the agent reports (without times): kubelet's, overridden or added by files.
 pub(super) fn reported_conditions(files: &BTreeMap<String, FileCondition>) -> Vec<NodeCondition> {
     let from_file = |type_: &str, file: &FileCondition| {
         condition(
@@ -124,72 +91,38 @@ pub(super) fn reported_conditions(files: &BTreeMap<String, FileCondition>) -> Ve
             &format!("set by the file {}", file.path.display()),
         )
     };
-    let mut conditions: Vec<NodeCondition> = BUILT_IN_CONDITIONS
-        .iter()
-        .map(|&(type_, status, reason, message)| match files.get(type_) {
-            Some(file) => from_file(type_, file),
-            None => condition(type_, status, reason, message),
-        })
-        .collect();
-    for (type_, file) in files {
-        if !BUILT_IN_CONDITIONS.iter().any(|c| c.0 == type_) {
-            conditions.push(from_file(type_, file));
-        }
-    }
-    conditions
+    node_report::reported_conditions(
+        |kubelet| {
+            files
+                .get(kubelet.type_)
+                .map(|file| from_file(kubelet.type_, file))
+        },
+        files
+            .iter()
+            .filter(|(type_, _)| !node_report::is_kubelet_condition(type_))
+            .map(|(type_, file)| from_file(type_, file)),
+    )
 }
 
 /// The conditions to write: `reported`, stamped with `now` as heartbeat and with transition times kept from
-/// `current` where the status did not change, followed by the conditions of `current` others posted (not built-in,
-/// not reported, not set by a file: a file removed while the agent was down loses its condition too).
+/// `current` where the status did not change, followed by the conditions of `current` others posted (not
+/// kubelet's, not reported, not set by a file: a file removed while the agent was down loses its condition too).
 pub(super) fn merged_conditions(
     current: &[NodeCondition],
     reported: &[NodeCondition],
     now: Timestamp,
 ) -> Vec<NodeCondition> {
-    let mut merged: Vec<NodeCondition> = reported
-        .iter()
-        .map(|wanted| {
-            let kept = current
-                .iter()
-                .find(|c| c.type_ == wanted.type_ && c.status == wanted.status)
-                .and_then(|c| c.last_transition_time.clone());
-            NodeCondition {
-                last_heartbeat_time: Some(Time(now)),
-                last_transition_time: Some(kept.unwrap_or(Time(now))),
-                ..wanted.clone()
-            }
-        })
-        .collect();
+    let mut merged = reported.to_vec();
+    node_report::stamp(&mut merged, current, now);
     merged.extend(
         current
             .iter()
             .filter(|c| {
-                !BUILT_IN_CONDITIONS.iter().any(|b| b.0 == c.type_)
+                !node_report::is_kubelet_condition(&c.type_)
                     && !reported.iter().any(|r| r.type_ == c.type_)
                     && c.reason.as_deref() != Some(FILE_REASON)
             })
             .cloned(),
     );
     merged
-}
-
-/// A condition without its times: type, status, reason, message.
-type ConditionFingerprint = (String, String, Option<String>, Option<String>);
-
-/// Conditions without times, sorted by type: equal fingerprints need no write.
-pub(super) fn fingerprint(conditions: &[NodeCondition]) -> Vec<ConditionFingerprint> {
-    let mut list: Vec<_> = conditions
-        .iter()
-        .map(|c| {
-            (
-                c.type_.clone(),
-                c.status.clone(),
-                c.reason.clone(),
-                c.message.clone(),
-            )
-        })
-        .collect();
-    list.sort();
-    list
 }

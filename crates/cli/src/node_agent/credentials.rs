@@ -1,15 +1,14 @@
 //! The node's credentials on disk (`pki/client.pem`, `pki/ca.crt`, mode 0600, written through a rename), and the
 //! PEM and DER reading that decides whether a saved certificate can be reused.
 
-use std::{
-    io::Write as _,
-    os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _},
-    path::Path,
-    time::Duration,
-};
+use std::{os::unix::fs::PermissionsExt as _, path::Path, time::Duration};
 
 use base64::Engine as _;
 use k8s_openapi::jiff::Timestamp;
+use mcm_apiserver::{
+    files::{create_private_dir, write_atomic},
+    x509::certificate_facts,
+};
 
 use super::settings::Settings;
 
@@ -19,6 +18,8 @@ pub(super) const PKI_DIR: &str = "pki";
 pub(super) const CLIENT_PEM: &str = "client.pem";
 /// The CA the certificate was obtained under, in the credentials directory.
 pub(super) const CA_PEM: &str = "ca.crt";
+/// The mode of the credential files: the owner's alone.
+const PRIVATE_MODE: u32 = 0o600;
 /// A saved certificate is reused only while it is valid for at least this long.
 const MIN_REMAINING_VALIDITY: Duration = Duration::from_mins(1);
 
@@ -77,33 +78,16 @@ pub(super) fn load_credentials(pki: &Path, settings: &Settings) -> Result<Creden
 
 /// Writes `pki/client.pem` (key, then certificate) and `pki/ca.crt`, mode 0600, each through a rename.
 pub(super) fn save_credentials(pki: &Path, credentials: &Credentials, ca_pem: &str) -> std::io::Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(pki)?;
+    create_private_dir(pki)?;
     std::fs::set_permissions(pki, std::fs::Permissions::from_mode(0o700))?;
     // The CA first: a crash between the two writes leaves a certificate that is not reused, never a wrong one.
-    write_private(&pki.join(CA_PEM), ca_pem.as_bytes())?;
+    write_atomic(&pki.join(CA_PEM), ca_pem.as_bytes(), PRIVATE_MODE)?;
     let mut both = credentials.key_pem.clone();
     if !both.ends_with('\n') {
         both.push('\n');
     }
     both.push_str(&credentials.cert_pem);
-    write_private(&pki.join(CLIENT_PEM), both.as_bytes())
-}
-
-fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    let temporary = path.with_extension("tmp");
-    let _ = std::fs::remove_file(&temporary);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&temporary)?;
-    file.write_all(contents)?;
-    file.sync_all()?;
-    drop(file);
-    std::fs::rename(&temporary, path)
+    write_atomic(&pki.join(CLIENT_PEM), both.as_bytes(), PRIVATE_MODE)
 }
 
 /// The PEM blocks of a text: label and DER.
@@ -162,96 +146,10 @@ pub(super) fn certificate_of(pem: &str) -> Result<CertificateInfo, String> {
         .find(|(label, _)| label == "CERTIFICATE")
         .map(|(_, der)| der)
         .ok_or("no PEM certificate")?;
-    let common_name = mcm_apiserver::x509::certificate_subject(&der)
-        .map_err(|err| format!("unreadable certificate: {err}"))?
-        .common_name()
-        .map(str::to_owned);
-    let (not_after, public_key_info) = validity_and_key(&der).ok_or("unreadable certificate")?;
+    let facts = certificate_facts(&der).map_err(|err| format!("unreadable certificate: {err}"))?;
     Ok(CertificateInfo {
-        common_name,
-        not_after,
-        public_key_info,
+        common_name: facts.subject.common_name().map(str::to_owned),
+        not_after: facts.not_after,
+        public_key_info: facts.public_key_info,
     })
-}
-
-/// One DER element: tag, content, the whole element, the rest after it.
-type DerElement<'a> = (u8, &'a [u8], &'a [u8], &'a [u8]);
-
-/// The first DER element of `input`.
-fn der_element(input: &[u8]) -> Option<DerElement<'_>> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = if first < 0x80 {
-        (usize::from(first), rest)
-    } else {
-        let count = usize::from(first & 0x7f);
-        if count == 0 || count > 4 || rest.len() < count {
-            return None;
-        }
-        let len = rest[..count]
-            .iter()
-            .fold(0usize, |len, &b| (len << 8) | usize::from(b));
-        (len, &rest[count..])
-    };
-    if rest.len() < len {
-        return None;
-    }
-    let header = input.len() - rest.len();
-    Some((tag, &rest[..len], &input[..header + len], &rest[len..]))
-}
-
-/// notAfter and the SubjectPublicKeyInfo of a DER certificate.
-fn validity_and_key(der: &[u8]) -> Option<(Timestamp, Vec<u8>)> {
-    const SEQUENCE: u8 = 0x30;
-    let (SEQUENCE, certificate, _, _) = der_element(der)? else {
-        return None;
-    };
-    let (SEQUENCE, tbs, _, _) = der_element(certificate)? else {
-        return None;
-    };
-    let mut rest = tbs;
-    if rest.first() == Some(&0xa0) {
-        rest = der_element(rest)?.3; // version
-    }
-    rest = der_element(rest)?.3; // serialNumber
-    rest = der_element(rest)?.3; // signature
-    rest = der_element(rest)?.3; // issuer
-    let (SEQUENCE, validity, _, after_validity) = der_element(rest)? else {
-        return None;
-    };
-    let (_, _, _, after_not_before) = der_element(validity)?;
-    let (tag, not_after, _, _) = der_element(after_not_before)?;
-    let not_after = der_time(tag, not_after)?;
-    let after_subject = der_element(after_validity)?.3;
-    let (SEQUENCE, _, key_info, _) = der_element(after_subject)? else {
-        return None;
-    };
-    Some((not_after, key_info.to_vec()))
-}
-
-/// A UTCTime (`YYMMDDHHMMSSZ`) or GeneralizedTime (`YYYYMMDDHHMMSSZ`).
-pub(super) fn der_time(tag: u8, content: &[u8]) -> Option<Timestamp> {
-    let text = std::str::from_utf8(content).ok()?.strip_suffix('Z')?;
-    let full = match (tag, text.len()) {
-        (0x17, 12) => {
-            let year: u32 = text[..2].parse().ok()?;
-            format!("{}{text}", if year < 50 { "20" } else { "19" })
-        }
-        (0x18, 14) => text.to_owned(),
-        _ => return None,
-    };
-    if !full.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    format!(
-        "{}-{}-{}T{}:{}:{}Z",
-        &full[..4],
-        &full[4..6],
-        &full[6..8],
-        &full[8..10],
-        &full[10..12],
-        &full[12..14]
-    )
-    .parse()
-    .ok()
 }

@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
-use mcm_api::{Machine, MachineClass, keys};
+use mcm_api::{
+    Machine, MachineClass, keys,
+    keys::kubernetes::{INSTANCE_TYPE_LABEL, ZONE_LABEL},
+};
 
 use super::{
     Metrics,
@@ -64,11 +67,6 @@ pub fn placement(machine: &Machine, node: Option<&Node>, class: Option<&MachineC
         .unwrap_or_default();
     (instance_type, zone)
 }
-
-/// The node label of the instance type.
-const INSTANCE_TYPE_LABEL: &str = "node.kubernetes.io/instance-type";
-/// The node label of the zone.
-const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 
 impl Metrics {
     /// Sets the gauge of `step` for the machine's deployment (its `name` label) to `took`. A machine without a

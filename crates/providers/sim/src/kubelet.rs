@@ -63,18 +63,16 @@ use crate::SimDriver;
 use runner::Runner;
 use world::World;
 
-/// The namespace of node Leases.
-pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
-/// The label holding the node's name.
-pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
-/// The label holding the VM's size.
-pub const INSTANCE_TYPE_LABEL: &str = "node.kubernetes.io/instance-type";
-/// Pods a node takes (the kubelet default `maxPods`).
-pub const MAX_PODS: u32 = 110;
-/// Node annotation by which the kubelet says it ends its nodes' deleting pods itself (value `"true"`). The same
-/// string as `mcm_apiserver::pods::AGENT_TERMINATES_PODS` (the embedded API server then leaves such pods to the
-/// kubelet while the node's Lease is fresh); copied, since this crate does not depend on the server.
-pub const AGENT_TERMINATES_PODS: &str = "node.machine.sapcloud.io/agent-terminates-pods";
+pub use mcm_api::keys::{
+    extensions::AGENT_TERMINATES_PODS,
+    kubernetes::{HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, NODE_LEASE_NAMESPACE},
+};
+pub use mcm_core::node_report::MAX_PODS;
+use mcm_core::node_report::{DEFAULT_HEARTBEAT_INTERVAL, DEFAULT_LEASE_DURATION, StatusReport};
+
+/// The kubelet writes a node's status only when the server's differs from what it reports (the heartbeat is the
+/// Lease): the fewest writes, for the benchmark.
+const STATUS_REPORT: StatusReport = StatusReport::OnChange;
 
 /// Configuration of a [`Kubelet`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,9 +92,9 @@ pub struct KubeletConfig {
 impl Default for KubeletConfig {
     fn default() -> Self {
         Self {
-            heartbeat_interval: Duration::from_secs(10),
+            heartbeat_interval: DEFAULT_HEARTBEAT_INTERVAL,
             boot_delay: Duration::ZERO,
-            lease_duration: Duration::from_secs(40),
+            lease_duration: DEFAULT_LEASE_DURATION,
             kubelet_version: "v1.32.0-sim".into(),
             max_concurrent_requests: 16,
         }

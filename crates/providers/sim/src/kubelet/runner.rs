@@ -24,7 +24,7 @@ use tokio::{
 };
 
 use super::{
-    AGENT_TERMINATES_PODS, Counters, HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, KubeletConfig,
+    AGENT_TERMINATES_PODS, Counters, HOSTNAME_LABEL, INSTANCE_TYPE_LABEL, KubeletConfig, STATUS_REPORT,
     jobs::{Done, Job},
     status::{Observed, VmView, desired_status, fingerprint, observed_of, stamped},
     watch::{AbortOnDrop, Event, NodeEvent, Seen, watch_objects},
@@ -354,7 +354,8 @@ impl Runner {
             let version = &self.config.kubelet_version;
             let wanted = track.wanted(faults, || fingerprint(&desired_status(vm, faults, version)));
             let observed = self.observed.get(name);
-            if observed.is_none_or(|o| o.fingerprint.as_ref() != Some(wanted)) {
+            let changed = observed.is_none_or(|o| o.fingerprint.as_ref() != Some(wanted));
+            if STATUS_REPORT.is_due(changed, 0) {
                 match track.status_retry_at {
                     Some(at) if at > now => wake = wake.min(at),
                     _ => jobs.push(Job::Status {

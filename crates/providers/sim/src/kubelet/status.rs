@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::core::v1::{Node, NodeCondition, NodeStatus, NodeSystemInfo},
-    apimachinery::pkg::{api::resource::Quantity, apis::meta::v1::Time},
+    apimachinery::pkg::api::resource::Quantity,
 };
+use mcm_core::node_report::{self, condition};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -48,71 +49,33 @@ pub(super) struct VmView {
     pub(super) boot_at: Instant,
 }
 
-/// The healthy conditions of a kubelet, in the kubelet's order: type, status, reason, message.
-const KUBELET_CONDITIONS: [(&str, &str, &str, &str); 4] = [
-    (
-        "MemoryPressure",
-        "False",
-        "KubeletHasSufficientMemory",
-        "kubelet has sufficient memory available",
-    ),
-    (
-        "DiskPressure",
-        "False",
-        "KubeletHasNoDiskPressure",
-        "kubelet has no disk pressure",
-    ),
-    (
-        "PIDPressure",
-        "False",
-        "KubeletHasSufficientPID",
-        "kubelet has sufficient PID available",
-    ),
-    ("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
-];
-
-/// The conditions the node reports (without times), faults applied.
+/// The conditions the node reports (without times): kubelet's, faults applied.
 fn desired_conditions(faults: Option<&NodeFaults>) -> Vec<NodeCondition> {
     let forced = faults.map(|f| &f.conditions);
-    let condition = |type_: &str, status: &str, reason: &str, message: &str| NodeCondition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: Some(reason.into()),
-        message: Some(message.into()),
-        last_heartbeat_time: None,
-        last_transition_time: None,
-    };
-    let mut conditions: Vec<NodeCondition> = KUBELET_CONDITIONS
-        .iter()
-        .map(|&(type_, healthy, reason, message)| {
-            match forced.and_then(|f| f.get(type_)).map(|s| s.as_str()) {
-                Some(status) if status != healthy => {
-                    if type_ == "Ready" && status == "False" {
-                        condition(
-                            type_,
-                            status,
-                            "KubeletNotReady",
-                            "the node is not ready (simulated fault)",
-                        )
-                    } else {
-                        condition(type_, status, "SimulatedFault", "set by fault injection")
-                    }
-                }
-                _ => condition(type_, healthy, reason, message),
+    let fault =
+        |type_: &str, status: &str| condition(type_, status, "SimulatedFault", "set by fault injection");
+    node_report::reported_conditions(
+        |kubelet| match forced.and_then(|f| f.get(kubelet.type_)).map(|s| s.as_str()) {
+            Some(status) if status != kubelet.status => {
+                Some(if kubelet.type_ == "Ready" && status == "False" {
+                    condition(
+                        "Ready",
+                        status,
+                        "KubeletNotReady",
+                        "the node is not ready (simulated fault)",
+                    )
+                } else {
+                    fault(kubelet.type_, status)
+                })
             }
-        })
-        .collect();
-    for (type_, status) in forced.into_iter().flatten() {
-        if !KUBELET_CONDITIONS.iter().any(|c| c.0 == type_) {
-            conditions.push(condition(
-                type_,
-                status.as_str(),
-                "SimulatedFault",
-                "set by fault injection",
-            ));
-        }
-    }
-    conditions
+            _ => None,
+        },
+        forced
+            .into_iter()
+            .flatten()
+            .filter(|(type_, _)| !node_report::is_kubelet_condition(type_))
+            .map(|(type_, status)| fault(type_, status.as_str())),
+    )
 }
 
 /// The status the node reports, without condition times.
@@ -150,19 +113,12 @@ pub(super) fn desired_status(vm: &VmView, faults: Option<&NodeFaults>, kubelet_v
 /// The part of a status the kubelet reports, without times and with conditions sorted by type: two statuses
 /// with the same fingerprint need no write.
 pub(super) fn fingerprint(status: &NodeStatus) -> Value {
-    let mut conditions: Vec<Value> = status
-        .conditions
-        .iter()
-        .flatten()
-        .map(|c| json!([c.type_, c.status, c.reason, c.message]))
-        .collect();
-    conditions.sort_by(|a, b| a[0].as_str().cmp(&b[0].as_str()));
     json!({
         "addresses": status.addresses,
         "allocatable": status.allocatable,
         "capacity": status.capacity,
         "nodeInfo": status.node_info,
-        "conditions": conditions,
+        "conditions": node_report::fingerprint(status.conditions.as_deref().unwrap_or_default()),
     })
 }
 
@@ -173,14 +129,11 @@ pub(super) fn stamped(
     current: Option<&NodeStatus>,
     now: jiff::Timestamp,
 ) -> NodeStatus {
-    for condition in desired.conditions.iter_mut().flatten() {
-        let kept = current
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == condition.type_))
-            .filter(|c| c.status == condition.status)
-            .and_then(|c| c.last_transition_time.clone());
-        condition.last_heartbeat_time = Some(Time(now));
-        condition.last_transition_time = Some(kept.unwrap_or(Time(now)));
-    }
+    let current = current.and_then(|s| s.conditions.as_deref()).unwrap_or_default();
+    node_report::stamp(
+        desired.conditions.as_deref_mut().unwrap_or_default(),
+        current,
+        now,
+    );
     desired
 }

@@ -2,19 +2,17 @@
 //! a pending pod, end a deleting one. Each counts what it wrote and what failed.
 
 use k8s_openapi::{
-    api::{
-        coordination::v1::{Lease, LeaseSpec},
-        core::v1::{Node, Pod},
-    },
-    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference, Time},
+    api::core::v1::{Node, Pod},
+    apimachinery::pkg::apis::meta::v1::Time,
 };
 use kube::{
     Api, ResourceExt as _,
     api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
 };
+use mcm_core::node_report::NodeLease;
 use serde_json::{Value, json};
 
-use super::{AGENT_TERMINATES_PODS, NODE_LEASE_NAMESPACE, bump, jobs::Done, runner::Runner, world::PodKey};
+use super::{AGENT_TERMINATES_PODS, bump, jobs::Done, runner::Runner, world::PodKey};
 
 pub(super) fn is_status(err: &kube::Error, code: u16) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == code)
@@ -150,43 +148,13 @@ impl Runner {
 
     /// Creates or renews the node's Lease; false when it failed.
     pub(super) async fn write_lease(&self, name: &str, uid: &str, create_first: bool) -> bool {
-        let now = MicroTime(jiff::Timestamp::now());
-        let owner = OwnerReference {
-            api_version: "v1".into(),
-            kind: "Node".into(),
-            name: name.into(),
-            uid: uid.into(),
-            ..OwnerReference::default()
-        };
-        let spec = LeaseSpec {
-            holder_identity: Some(name.into()),
-            lease_duration_seconds: Some(
-                i32::try_from(self.config.lease_duration.as_secs()).unwrap_or(i32::MAX),
-            ),
-            renew_time: Some(now),
-            ..LeaseSpec::default()
-        };
-        let lease = Lease {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some(NODE_LEASE_NAMESPACE.into()),
-                owner_references: Some(vec![owner.clone()]),
-                ..ObjectMeta::default()
-            },
-            spec: Some(spec.clone()),
-        };
-        let create = async {
-            match self.leases.create(&PostParams::default(), &lease).await {
+        let lease = NodeLease::new(name, uid, self.config.lease_duration, jiff::Timestamp::now());
+        if create_first {
+            match self.leases.create(&PostParams::default(), &lease.lease()).await {
                 Ok(_) => {
                     bump(&self.counters.lease_creates);
-                    Ok(())
+                    return true;
                 }
-                Err(err) => Err(err),
-            }
-        };
-        if create_first {
-            match create.await {
-                Ok(()) => return true,
                 Err(err) if is_status(&err, 409) => {}
                 Err(err) => {
                     bump(&self.counters.failed_requests);
@@ -194,31 +162,21 @@ impl Runner {
                     return false;
                 }
             }
-            return self.renew_lease(name, &owner, &spec, None).await;
+            return self.renew_lease(name, &lease, false).await;
         }
-        self.renew_lease(name, &owner, &spec, Some(&lease)).await
+        self.renew_lease(name, &lease, true).await
     }
 
-    /// Renews the Lease with a merge patch; creates it when it is missing and `lease` is given.
-    async fn renew_lease(
-        &self,
-        name: &str,
-        owner: &OwnerReference,
-        spec: &LeaseSpec,
-        lease: Option<&Lease>,
-    ) -> bool {
-        let patch = Patch::Merge(json!({
-            "metadata": { "ownerReferences": [owner] },
-            "spec": spec,
-        }));
+    /// Renews the Lease with a merge patch; creates it when it is missing and `create_missing`.
+    async fn renew_lease(&self, name: &str, lease: &NodeLease, create_missing: bool) -> bool {
+        let patch = Patch::Merge(lease.renewal_patch());
         match self.leases.patch(name, &PatchParams::default(), &patch).await {
             Ok(_) => {
                 bump(&self.counters.lease_renewals);
                 true
             }
-            Err(err) if is_status(&err, 404) && lease.is_some() => {
-                let Some(lease) = lease else { return false };
-                match self.leases.create(&PostParams::default(), lease).await {
+            Err(err) if is_status(&err, 404) && create_missing => {
+                match self.leases.create(&PostParams::default(), &lease.lease()).await {
                     Ok(_) => {
                         bump(&self.counters.lease_creates);
                         true
