@@ -5,11 +5,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
-use mcm_api::Machine;
+use mcm_api::{Machine, MetaExt};
 
 use super::{
     EXPECTATIONS_TIMEOUT,
-    common::{is_deleting, name_of},
+    common::name_of,
 };
 use crate::timeouts;
 
@@ -71,7 +71,7 @@ impl Expectations {
     pub fn observe<'a>(&mut self, machines: impl IntoIterator<Item = &'a Machine>) {
         let mut present: BTreeMap<&str, bool> = BTreeMap::new();
         for machine in machines {
-            present.insert(name_of(machine), is_deleting(machine));
+            present.insert(name_of(machine), machine.is_deleting());
         }
         self.creations.retain(|name| !present.contains_key(name.as_str()));
         self.deletions

@@ -8,7 +8,10 @@ mod thresholds;
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::{
+    Resource as _,
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
+};
 use mcm_api::{
     ConditionStatus, Machine, MachineDeployment, MachineSet, MachineSetCondition, MachineSetConditionType,
     keys::{annotations, labels},
@@ -17,7 +20,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::{
-    machineset::{FREEZE_VALUE, MACHINE_SET_KIND},
+    machineset::FREEZE_VALUE,
     safety_overshoot::common::name_of,
 };
 
@@ -53,7 +56,7 @@ fn set(name: &str, replicas: i32) -> MachineSet {
 fn owned_set(name: &str, replicas: i32, deployment: &str) -> MachineSet {
     let mut s = set(name, replicas);
     s.metadata.owner_references = Some(vec![owner(
-        MACHINE_DEPLOYMENT_KIND,
+        MachineDeployment::KIND,
         deployment,
         &format!("uid-{deployment}"),
         true,
@@ -81,7 +84,7 @@ fn machines_of(set: &MachineSet, n: usize) -> Vec<Machine> {
             m.metadata.name = Some(format!("{name}-{i}"));
             m.metadata.namespace = Some(NS.into());
             m.metadata.labels = Some(BTreeMap::from([("pool".into(), name.into())]));
-            m.metadata.owner_references = Some(vec![owner(MACHINE_SET_KIND, name, "x", true)]);
+            m.metadata.owner_references = Some(vec![owner(MachineSet::KIND, name, "x", true)]);
             m
         })
         .collect()
