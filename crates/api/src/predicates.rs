@@ -28,7 +28,11 @@ pub trait MetaExt {
 
     /// Whether the object carries `finalizer`.
     fn has_finalizer(&self, finalizer: &str) -> bool {
-        self.object_meta().finalizers.iter().flatten().any(|f| f == finalizer)
+        self.object_meta()
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == finalizer)
     }
 
     /// The owner references with `controller: true`, in order (the API server does not enforce that there is only
@@ -94,7 +98,15 @@ macro_rules! meta_ext {
     };
 }
 
-meta_ext!(Machine, MachineSet, MachineDeployment, MachineClass, Node, Pod, Secret);
+meta_ext!(
+    Machine,
+    MachineSet,
+    MachineDeployment,
+    MachineClass,
+    Node,
+    Pod,
+    Secret
+);
 
 impl Machine {
     /// The deletion priority of a machine without a readable `machinepriority.machine.sapcloud.io` annotation
@@ -168,7 +180,10 @@ mod tests {
         let mut m = Machine::default();
         m.metadata.deletion_timestamp = deleting.then(|| Time(Timestamp::UNIX_EPOCH));
         m.status = Some(MachineStatus {
-            current_status: CurrentStatus { phase, ..CurrentStatus::default() },
+            current_status: CurrentStatus {
+                phase,
+                ..CurrentStatus::default()
+            },
             ..MachineStatus::default()
         });
         m
@@ -185,7 +200,10 @@ mod tests {
             owner("MachineSet", "s", Some(true)),
         ]);
         assert_eq!(meta.controller_ref().map(|r| r.uid.as_str()), Some("d"));
-        assert_eq!(meta.controller_ref_of_kind("MachineSet").map(|r| r.uid.as_str()), Some("s"));
+        assert_eq!(
+            meta.controller_ref_of_kind("MachineSet").map(|r| r.uid.as_str()),
+            Some("s")
+        );
         assert_eq!(meta.controller_ref_of_kind("DaemonSet"), None);
         assert!(meta.is_controlled_by("s"));
         assert!(!meta.is_controlled_by("plain"));
@@ -219,8 +237,10 @@ mod tests {
         let mut machine = Machine::default();
         assert_eq!(machine.priority(), 3);
         for (value, want) in [("1", 1), ("-2", -2), ("one", 3), ("", 3)] {
-            machine.metadata.annotations =
-                Some(BTreeMap::from([(annotations::MACHINE_PRIORITY.to_owned(), value.to_owned())]));
+            machine.metadata.annotations = Some(BTreeMap::from([(
+                annotations::MACHINE_PRIORITY.to_owned(),
+                value.to_owned(),
+            )]));
             assert_eq!(machine.priority(), want, "{value:?}");
         }
         assert_eq!(
@@ -252,7 +272,11 @@ mod tests {
         for (phase, deleting, terminating, failed_or_terminating) in cases {
             let machine = machine_in(phase, deleting);
             assert_eq!(machine.is_deleting(), deleting);
-            assert_eq!(machine.is_terminating(), terminating, "{phase:?} deleting={deleting}");
+            assert_eq!(
+                machine.is_terminating(),
+                terminating,
+                "{phase:?} deleting={deleting}"
+            );
             assert_eq!(
                 machine.is_failed_or_terminating(),
                 failed_or_terminating,

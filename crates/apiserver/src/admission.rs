@@ -58,7 +58,9 @@ pub fn admit(ctx: &Context, old: Option<&Value>, object: &Value) -> Result<(), A
 fn exempt(old: Option<&Value>, object: &Value) -> bool {
     match old {
         None => false,
-        Some(old) => is_deleting(old) || is_deleting(object) || without_metadata(old) == without_metadata(object),
+        Some(old) => {
+            is_deleting(old) || is_deleting(object) || without_metadata(old) == without_metadata(object)
+        }
     }
 }
 

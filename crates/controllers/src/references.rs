@@ -84,8 +84,7 @@ impl ClassUses {
     fn observe(&self, event: &watcher::Event<Machine>) -> Vec<String> {
         fn used_class(machine: &Machine) -> Option<(String, String)> {
             let name = machine.metadata.name.clone()?;
-            (machine.spec.class.kind == MachineClass::KIND)
-                .then(|| (name, machine.spec.class.name.clone()))
+            (machine.spec.class.kind == MachineClass::KIND).then(|| (name, machine.spec.class.name.clone()))
         }
         let mut uses = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let mut changed = Vec::new();

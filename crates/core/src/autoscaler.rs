@@ -49,9 +49,13 @@ pub fn trigger_deletion<'a>(
     machine: impl Fn(&str) -> Option<&'a Machine>,
     now: Timestamp,
 ) -> Option<TriggerPlan> {
-    let value = deployment.annotation(annotations::TRIGGER_DELETION_BY_MCM).filter(|v| !v.trim().is_empty())?;
+    let value = deployment
+        .annotation(annotations::TRIGGER_DELETION_BY_MCM)
+        .filter(|v| !v.trim().is_empty())?;
     let mut plan = TriggerPlan::default();
-    let existing = deployment.annotation(annotations::LAST_REPLICA_CHANGE_BY_SCALER_TIME).filter(|v| !v.is_empty());
+    let existing = deployment
+        .annotation(annotations::LAST_REPLICA_CHANGE_BY_SCALER_TIME)
+        .filter(|v| !v.is_empty());
     let last_change = existing.map_or_else(|| now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(), str::to_owned);
     // Only a legacy entry needs the time; the reference writes it whenever the annotation is set.
     if existing.is_none() && value.split(',').any(|e| !e.contains('~')) {
@@ -75,8 +79,9 @@ pub fn trigger_deletion<'a>(
             continue;
         }
         kept.push(format!("{name}~{time}"));
-        let has_time =
-            found.annotation(annotations::MARKED_FOR_DELETION_TIME).is_some_and(|t| !t.is_empty());
+        let has_time = found
+            .annotation(annotations::MARKED_FOR_DELETION_TIME)
+            .is_some_and(|t| !t.is_empty());
         if found.annotation(annotations::MACHINE_PRIORITY) == Some("1") && has_time {
             continue;
         }

@@ -7,11 +7,11 @@
 //! - A Secret referenced by a class's `secretRef` or `credentialsSecretRef` gets `machine.sapcloud.io/machine-controller`;
 //!   the finalizer goes when no class references it any more.
 
+use k8s_openapi::Resource as _;
 use k8s_openapi::{
     api::core::v1::{Secret, SecretReference},
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
-use k8s_openapi::Resource as _;
 use mcm_api::{Machine, MachineClass, MetaExt, keys::finalizers};
 use serde_json::{Value, json};
 

@@ -374,7 +374,8 @@ fn machines_of(set: &MachineSet, ctx: &Context) -> Vec<Arc<Machine>> {
         .owners
         .machines(&ctx.machines, &ctx.config.namespace, &uid, false);
     machines.retain(|m| {
-        m.controller_ref_of_kind(MachineSet::KIND).is_some_and(|r| r.uid == uid)
+        m.controller_ref_of_kind(MachineSet::KIND)
+            .is_some_and(|r| r.uid == uid)
     });
     machines
 }
@@ -583,13 +584,7 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
     let new = candidates.first().copied();
     let live = |set: &MachineSet| {
         machines_by_set.get(&set.name_any()).map_or(0, |machines| {
-            i32::try_from(
-                machines
-                    .iter()
-                    .filter(|m| !m.is_deleting())
-                    .count(),
-            )
-            .unwrap_or(i32::MAX)
+            i32::try_from(machines.iter().filter(|m| !m.is_deleting()).count()).unwrap_or(i32::MAX)
         })
     };
     // A set's status lags its machines by as long as its controller takes to write it (a set just created, or a

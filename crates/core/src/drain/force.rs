@@ -70,7 +70,9 @@ pub fn parse_bool(value: &str) -> Option<bool> {
 /// The machine's `force-deletion` label, if it parses as true.
 fn force_label(machine: &Machine) -> Option<ForceReason> {
     let value = machine.label(labels::FORCE_DELETION)?;
-    (parse_bool(value) == Some(true)).then(|| ForceReason::Label { value: value.to_owned() })
+    (parse_bool(value) == Some(true)).then(|| ForceReason::Label {
+        value: value.to_owned(),
+    })
 }
 
 /// When the condition of `type_` has been unhealthy since (its `lastTransitionTime`), if it is present and

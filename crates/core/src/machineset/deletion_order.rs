@@ -14,10 +14,7 @@ use mcm_api::{
     keys::{annotations, extensions},
 };
 
-use super::{
-    AUTO_PRESERVED, PRESERVE_VALUES,
-    common::name_of,
-};
+use super::{AUTO_PRESERVED, PRESERVE_VALUES, common::name_of};
 use crate::timeouts;
 
 /// A delete policy (Cluster API's `deletePolicy`, here the annotation `machine.sapcloud.io/delete-policy` on a
@@ -105,10 +102,7 @@ pub fn delete_policy(
     set: &MachineSet,
     deployment_annotation: Option<&str>,
 ) -> Result<Option<DeletePolicy>, DeletePolicyError> {
-    let (value, source_kind) = match (
-        deployment_annotation,
-        set.annotation(extensions::DELETE_POLICY),
-    ) {
+    let (value, source_kind) = match (deployment_annotation, set.annotation(extensions::DELETE_POLICY)) {
         (Some(value), _) => (value, PolicySource::MachineDeployment),
         (None, Some(value)) => (value, PolicySource::MachineSet),
         (None, None) => return Ok(None),
@@ -141,7 +135,9 @@ pub(super) fn parse_time(value: &str) -> Option<Timestamp> {
 /// When the machine was marked for deletion (`machine.sapcloud.io/marked-for-deletion-time`, RFC 3339); `None` when
 /// absent or unreadable.
 pub fn marked_for_deletion_at(machine: &Machine) -> Option<Timestamp> {
-    machine.annotation(annotations::MARKED_FOR_DELETION_TIME).and_then(parse_time)
+    machine
+        .annotation(annotations::MARKED_FOR_DELETION_TIME)
+        .and_then(parse_time)
 }
 
 /// Whether a Failed machine is kept rather than deleted and replaced (the reference's
@@ -154,7 +150,8 @@ pub fn keeps_failed_machine(machine: &Machine, now: Timestamp) -> bool {
     if let Some(expiry) = machine.preserve_expiry() {
         return expiry > now;
     }
-    let from_node = machine.annotation(annotations::LAST_APPLIED_NODE_PRESERVE_VALUE)
+    let from_node = machine
+        .annotation(annotations::LAST_APPLIED_NODE_PRESERVE_VALUE)
         .filter(|v| !v.is_empty());
     let value = from_node.or_else(|| machine.annotation(annotations::PRESERVE));
     value.is_some_and(|v| PRESERVE_VALUES.contains(&v))

@@ -7,10 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use jiff::Timestamp;
 use mcm_api::{Machine, MetaExt};
 
-use super::{
-    EXPECTATIONS_TIMEOUT,
-    common::name_of,
-};
+use super::{EXPECTATIONS_TIMEOUT, common::name_of};
 use crate::timeouts;
 
 /// What a set controller asked the API server for and its cache does not show yet (Kubernetes'

@@ -33,8 +33,7 @@ pub use deletion_order::{
 };
 pub use expectations::Expectations;
 pub use ownership::{
-    Claim, Claims, adoption_patch, claim, claim_machines, owner_reference, release_patch,
-    selects,
+    Claim, Claims, adoption_patch, claim, claim_machines, owner_reference, release_patch, selects,
 };
 pub use plan::{
     DeletionReason, Hold, MachineDeletion, MachinePatch, MachineSetInput, MachineSetPlan, decide,

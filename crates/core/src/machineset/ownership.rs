@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use k8s_openapi::Resource as _;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use mcm_api::{Machine, MachineSet, MetaExt};
 use serde_json::{Map, Value, json};
 

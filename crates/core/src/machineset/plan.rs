@@ -188,8 +188,9 @@ pub fn slow_start_batches(count: usize, initial: usize) -> Vec<usize> {
 /// annotation exactly `1` and a `marked-for-deletion-time` at or before the set's
 /// `last-deployment-replica-change-by-scaler-time`. None when the set has no (readable) such time.
 pub fn marked_by_autoscaler<'a>(set: &MachineSet, machines: &[&'a Machine]) -> Vec<&'a Machine> {
-    let Some(changed_at) =
-        set.annotation(annotations::LAST_REPLICA_CHANGE_BY_SCALER_TIME).and_then(parse_time)
+    let Some(changed_at) = set
+        .annotation(annotations::LAST_REPLICA_CHANGE_BY_SCALER_TIME)
+        .and_then(parse_time)
     else {
         return Vec::new();
     };
@@ -243,7 +244,8 @@ pub fn decide(input: &MachineSetInput<'_>) -> MachineSetPlan {
                 reason: DeletionReason::SetDeleted,
             })
             .collect();
-        plan.remove_finalizer = input.machines.is_empty() && set.has_finalizer(finalizers::MACHINE_CONTROLLER_MANAGER);
+        plan.remove_finalizer =
+            input.machines.is_empty() && set.has_finalizer(finalizers::MACHINE_CONTROLLER_MANAGER);
         return plan;
     }
 
@@ -290,7 +292,12 @@ pub fn decide(input: &MachineSetInput<'_>) -> MachineSetPlan {
 fn manage_replicas(input: &MachineSetInput<'_>, order: &DeletionOrder, plan: &mut MachineSetPlan) {
     let set = input.set;
     let now = input.now;
-    let not_going: Vec<&Machine> = input.machines.iter().copied().filter(|m| !m.is_terminating()).collect();
+    let not_going: Vec<&Machine> = input
+        .machines
+        .iter()
+        .copied()
+        .filter(|m| !m.is_terminating())
+        .collect();
     let failed: Vec<&Machine> = not_going
         .iter()
         .copied()

@@ -15,13 +15,14 @@ use super::ownership::owner_reference;
 /// `node.machine.sapcloud.io/effective-creation-timeout` annotation (copied from its MachineDeployment), else the
 /// template's.
 pub fn effective_creation_timeout(set: &MachineSet) -> Option<&str> {
-    set.annotation(annotations::EFFECTIVE_CREATION_TIMEOUT).or_else(|| {
-        set.spec
-            .template
-            .metadata
-            .as_ref()
-            .and_then(|m| m.annotation(annotations::EFFECTIVE_CREATION_TIMEOUT))
-    })
+    set.annotation(annotations::EFFECTIVE_CREATION_TIMEOUT)
+        .or_else(|| {
+            set.spec
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.annotation(annotations::EFFECTIVE_CREATION_TIMEOUT))
+        })
 }
 
 /// The `generateName` of the set's machines: `<set-name>-` (the reference's `getMachinesPrefix`; the name alone if the

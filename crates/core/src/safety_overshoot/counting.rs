@@ -3,8 +3,8 @@
 //!
 //! Separate because it is observation: it reads objects and decides nothing.
 
-use k8s_openapi::apimachinery::pkg::{apis::meta::v1::ObjectMeta, util::intstr::IntOrString};
 use k8s_openapi::Resource as _;
+use k8s_openapi::apimachinery::pkg::{apis::meta::v1::ObjectMeta, util::intstr::IntOrString};
 use mcm_api::{
     ConditionStatus, Machine, MachineDeployment, MachineDeploymentConditionType, MachineSet,
     MachineSetConditionType, MetaExt,

@@ -354,12 +354,7 @@ fn deployment_desired(deployment: &MachineDeployment, sets: &[&SetEvaluation]) -
 /// Decides one pass: every set (not being deleted) is evaluated, then every deployment (not being deleted) is
 /// brought in line with its sets. See the module documentation for the rules.
 pub fn plan(input: &Input<'_>) -> Plan {
-    let mut sets: Vec<&MachineSet> = input
-        .sets
-        .iter()
-        .copied()
-        .filter(|s| !s.is_deleting())
-        .collect();
+    let mut sets: Vec<&MachineSet> = input.sets.iter().copied().filter(|s| !s.is_deleting()).collect();
     sets.sort_by(|a, b| name_of(&a.metadata).cmp(name_of(&b.metadata)));
     let mut result = Plan::default();
     for set in &sets {

@@ -14,10 +14,7 @@ use mcm_api::{
 use proptest::prelude::*;
 
 use super::*;
-use crate::{
-    machineset::common::name_of,
-    timeouts,
-};
+use crate::{machineset::common::name_of, timeouts};
 
 /// The reference's criteria, written as the reference states them (reference §5 ActiveMachines.Less, 1–5), to
 /// check [`DeletionOrder`] against. `Equal` where the reference has no opinion.

@@ -8,8 +8,8 @@ use k8s_openapi::apimachinery::pkg::{
     util::intstr::IntOrString,
 };
 use mcm_api::{
-    Machine, MachineDeployment, MachinePhase, MachineSet, MachineStatus, MetaExt, RollingUpdateMachineDeployment,
-    StrategyType,
+    Machine, MachineDeployment, MachinePhase, MachineSet, MachineStatus, MetaExt,
+    RollingUpdateMachineDeployment, StrategyType,
     keys::{annotations, labels},
 };
 use pretty_assertions::assert_eq;

@@ -19,10 +19,7 @@ use mcm_api::{
 use serde_json::{Value, json};
 
 use super::*;
-use crate::{
-    machineset::FREEZE_VALUE,
-    safety_overshoot::common::name_of,
-};
+use crate::{machineset::FREEZE_VALUE, safety_overshoot::common::name_of};
 
 const NS: &str = "default";
 
