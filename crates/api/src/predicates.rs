@@ -178,7 +178,7 @@ mod tests {
 
     fn machine_in(phase: Option<MachinePhase>, deleting: bool) -> Machine {
         let mut m = Machine::default();
-        m.metadata.deletion_timestamp = deleting.then(|| Time(Timestamp::UNIX_EPOCH));
+        m.metadata.deletion_timestamp = deleting.then_some(Time(Timestamp::UNIX_EPOCH));
         m.status = Some(MachineStatus {
             current_status: CurrentStatus {
                 phase,
