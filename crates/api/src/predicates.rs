@@ -4,6 +4,8 @@
 //! [`MetaExt`] holds what applies to any object (it reads only `metadata`); the inherent methods of [`Machine`] hold
 //! what only a machine has (its node label, phase, preservation and deletion priority).
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::{
     api::core::v1::{Node, Pod, Secret},
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
@@ -62,21 +64,18 @@ pub trait MetaExt {
 
     /// The value of label `key`, if present.
     fn label(&self, key: &str) -> Option<&str> {
-        self.object_meta()
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(key))
-            .map(String::as_str)
+        value_at(self.object_meta().labels.as_ref(), key)
     }
 
     /// The value of annotation `key`, if present.
     fn annotation(&self, key: &str) -> Option<&str> {
-        self.object_meta()
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(key))
-            .map(String::as_str)
+        value_at(self.object_meta().annotations.as_ref(), key)
     }
+}
+
+/// The value of `key` in an optional string map (labels or annotations).
+fn value_at<'a>(map: Option<&'a BTreeMap<String, String>>, key: &str) -> Option<&'a str> {
+    map.and_then(|m| m.get(key)).map(String::as_str)
 }
 
 impl MetaExt for ObjectMeta {
@@ -159,8 +158,6 @@ impl Machine {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
