@@ -106,9 +106,9 @@ pub fn budget(
         .filter(|(name, at)| {
             let recent = parse_time(&json!(at))
                 .is_some_and(|at| now.as_second() - at.as_second() < DISRUPTED_POD_TIMEOUT_SECONDS);
-            let still_live = pods.iter().any(|p| {
-                p["metadata"]["name"] == json!(name) && p["metadata"]["deletionTimestamp"].is_null()
-            });
+            let still_live = pods
+                .iter()
+                .any(|p| p["metadata"]["name"] == json!(name) && !is_deleting(p));
             recent && still_live && live.contains(&name.as_str())
         })
         .map(|(k, v)| (k.clone(), v.clone()))
