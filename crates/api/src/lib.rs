@@ -2,8 +2,9 @@
 //!
 //! The four kinds (`Machine`, `MachineSet`, `MachineDeployment`, `MachineClass`) keep the JSON field names,
 //! optionality and well-known keys of the Gardener machine controller manager, so that manifests written for it work
-//! here unchanged. This crate has no I/O: it holds the types, the well-known [`keys`], [`validation`] as pure
-//! functions returning field paths, and [`crd`] generation from the Rust types.
+//! here unchanged. This crate has no I/O: it holds the types, the well-known [`keys`], the predicates every
+//! controller shares ([`MetaExt`] and the inherent methods of the kinds), [`validation`] as pure functions returning
+//! field paths, and [`crd`] generation from the Rust types.
 
 mod bootstrap_token;
 #[cfg(feature = "builders")]
@@ -15,6 +16,7 @@ mod machine;
 mod machineclass;
 mod machinedeployment;
 mod machineset;
+mod predicates;
 mod resource;
 mod shared;
 pub mod validation;
@@ -34,6 +36,7 @@ pub use machinedeployment::{
 pub use machineset::{
     MachineSet, MachineSetCondition, MachineSetConditionType, MachineSetSpec, MachineSetStatus,
 };
+pub use predicates::MetaExt;
 pub use resource::{API_VERSION, GROUP, VERSION};
 pub use shared::{
     ClassSpec, ConditionStatus, MachineConfiguration, MachineSummary, MachineTemplateSpec, NodeTemplateSpec,

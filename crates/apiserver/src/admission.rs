@@ -24,6 +24,7 @@ use serde_json::Value;
 
 use crate::{
     error::{ApiError, Cause},
+    metadata::is_deleting,
     objects::Context,
 };
 
@@ -55,10 +56,11 @@ pub fn admit(ctx: &Context, old: Option<&Value>, object: &Value) -> Result<(), A
 
 /// Whether the write is one admission never blocks: the object is being deleted, or only its metadata changes.
 fn exempt(old: Option<&Value>, object: &Value) -> bool {
-    let deleting = |o: &Value| !o["metadata"]["deletionTimestamp"].is_null();
     match old {
         None => false,
-        Some(old) => deleting(old) || deleting(object) || without_metadata(old) == without_metadata(object),
+        Some(old) => {
+            is_deleting(old) || is_deleting(object) || without_metadata(old) == without_metadata(object)
+        }
     }
 }
 

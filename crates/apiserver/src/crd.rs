@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 
 use crate::{
     error::Cause,
+    metadata::is_deleting,
     objects::timestamp,
     registry::{Column, ResourceDef, ScalePaths, SharedRegistry},
     store::{Mutation, Store},
@@ -341,7 +342,7 @@ pub fn status(object: &Value, now: jiff::Timestamp) -> Value {
             &now,
         ),
     ];
-    if !object["metadata"]["deletionTimestamp"].is_null() {
+    if is_deleting(object) {
         conditions.push(condition(
             "Terminating",
             "InstanceDeletionInProgress",
@@ -500,10 +501,6 @@ pub fn resource_defs(object: &Value) -> Vec<ResourceDef> {
 
 /// Serializes [`sync`] runs (the request path and the background loop both call it).
 static SYNC: Mutex<()> = Mutex::new(());
-
-fn is_deleting(object: &Value) -> bool {
-    !object["metadata"]["deletionTimestamp"].is_null()
-}
 
 /// Brings everything in line with the stored CRDs, as the apiextensions controllers do: refreshes their status,
 /// finishes the deletion of deleted ones (their objects, then the finalizer), and serves the custom resources of

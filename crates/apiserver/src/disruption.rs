@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use crate::{
     error::{ApiError, Cause},
+    metadata::is_deleting,
     objects::{self, Context, DeleteOptions, FieldValidation},
     registry::ResourceDef,
     store::{Mutation, Store},
@@ -29,7 +30,7 @@ fn parse_time(value: &Value) -> Option<jiff::Timestamp> {
 
 /// True when the pod counts as healthy for a budget: Ready, and not being deleted.
 pub fn is_healthy(pod: &Value) -> bool {
-    pod["metadata"]["deletionTimestamp"].is_null()
+    !is_deleting(pod)
         && pod["status"]["conditions"].as_array().is_some_and(|conditions| {
             conditions
                 .iter()
@@ -105,9 +106,9 @@ pub fn budget(
         .filter(|(name, at)| {
             let recent = parse_time(&json!(at))
                 .is_some_and(|at| now.as_second() - at.as_second() < DISRUPTED_POD_TIMEOUT_SECONDS);
-            let still_live = pods.iter().any(|p| {
-                p["metadata"]["name"] == json!(name) && p["metadata"]["deletionTimestamp"].is_null()
-            });
+            let still_live = pods
+                .iter()
+                .any(|p| p["metadata"]["name"] == json!(name) && !is_deleting(p));
             recent && still_live && live.contains(&name.as_str())
         })
         .map(|(k, v)| (k.clone(), v.clone()))
@@ -248,7 +249,7 @@ pub fn evict(
         admission: false,
     };
     let terminal = matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
-    let deleting = !pod["metadata"]["deletionTimestamp"].is_null();
+    let deleting = is_deleting(&pod);
     let success =
         json!({ "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201 });
     if terminal || deleting {

@@ -305,7 +305,7 @@ impl<'a> Node<'a> {
             uid: text("uid"),
             namespace: text("namespace"),
             name: text("name"),
-            deleting: !meta["deletionTimestamp"].is_null(),
+            deleting: crate::metadata::is_deleting(&item.object),
             orphan,
             foreground,
             references: item.owner_references(),

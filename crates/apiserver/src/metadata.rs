@@ -18,6 +18,12 @@ use crate::{
     registry::ResourceDef,
 };
 
+/// Whether the object (as stored JSON) is being deleted: its `metadata.deletionTimestamp` is set. The one home of
+/// this predicate for the server, which works on JSON rather than typed objects.
+pub fn is_deleting(object: &Value) -> bool {
+    !object["metadata"]["deletionTimestamp"].is_null()
+}
+
 /// The largest total size of an object's annotations, keys and values together (`TotalAnnotationSizeLimitB`).
 pub const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
 /// How much of generateName is kept before the random suffix (`maxGeneratedNameLength`: 63 - 5).

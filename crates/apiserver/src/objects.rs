@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 
 use crate::{
     error::{ApiError, Cause},
+    metadata::is_deleting,
     patch::{self, PatchType},
     registry::{Registry, ResourceDef},
     schema_check,
@@ -282,7 +283,7 @@ fn check_namespace(store: &Store, ctx: &Context) -> Result<(), ApiError> {
     }
     match store.get("/namespaces", "", &ctx.namespace) {
         None => Err(ApiError::namespace_not_found(&ctx.namespace)),
-        Some(ns) if !ns["metadata"]["deletionTimestamp"].is_null() => Err(ApiError::Forbidden(format!(
+        Some(ns) if is_deleting(&ns) => Err(ApiError::Forbidden(format!(
             "unable to create new content in namespace {} because it is being terminated",
             ctx.namespace
         ))),
@@ -399,10 +400,6 @@ fn finalizers(object: &Value) -> Vec<String> {
         .as_array()
         .map(|list| list.iter().filter_map(Value::as_str).map(str::to_owned).collect())
         .unwrap_or_default()
-}
-
-fn is_deleting(object: &Value) -> bool {
-    !object["metadata"]["deletionTimestamp"].is_null()
 }
 
 /// Refuses a write that changes the uid or the name of an object: both are immutable (422, as kube-apiserver).

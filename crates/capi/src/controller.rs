@@ -121,7 +121,7 @@ pub async fn discover(client: &Client) -> Result<Option<CapiResources>, Error> {
         .find(|v| group.versions.iter().any(|gv| gv.version == *v));
     Ok(version.map(|v| CapiResources {
         cluster: capi_resource(v, "Cluster", "clusters"),
-        machine: capi_resource(v, "Machine", "machines"),
+        machine: capi_resource(v, decide::CAPI_MACHINE_KIND, "machines"),
     }))
 }
 

@@ -4,6 +4,7 @@
 
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use mcm_api::MetaExt;
 use mcm_core::retry_policy::{self, RetryClass};
 use mcm_driver::{DriverError, DriverMethod, GetMachineStatusResponse, MachineCode};
 use serde_json::Value;
@@ -12,6 +13,8 @@ use crate::types::{Condition, FINALIZER, MCMMachine, MCMMachineStatus};
 
 /// The Cluster API group.
 pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
+/// The kind of Cluster API's `Machine`, the owner of an MCMMachine (not mcm-api's `Machine`).
+pub const CAPI_MACHINE_KIND: &str = "Machine";
 /// The annotation that pauses reconciliation of an object.
 pub const PAUSED_ANNOTATION: &str = "cluster.x-k8s.io/paused";
 /// The label naming an object's Cluster.
@@ -82,7 +85,7 @@ pub fn owner_machine_name(infra: &MCMMachine) -> Option<&str> {
         .flatten()
         .find_map(|owner| {
             let group = owner.api_version.split_once('/').map_or("", |(group, _)| group);
-            (owner.kind == "Machine" && group == CAPI_GROUP).then_some(owner.name.as_str())
+            (owner.kind == CAPI_MACHINE_KIND && group == CAPI_GROUP).then_some(owner.name.as_str())
         })
 }
 
@@ -91,26 +94,15 @@ pub fn cluster_name(infra: &MCMMachine, machine: Option<&MachineInfo>) -> Option
     machine.and_then(|m| m.cluster_name.clone()).or_else(|| {
         infra
             .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(CLUSTER_NAME_LABEL))
+            .label(CLUSTER_NAME_LABEL)
             .filter(|n| !n.is_empty())
-            .cloned()
+            .map(str::to_owned)
     })
 }
 
 /// Whether the object carries the paused annotation.
 pub fn has_paused_annotation(infra: &MCMMachine) -> bool {
-    infra
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(PAUSED_ANNOTATION))
-}
-
-/// Whether the object carries our finalizer.
-pub fn has_finalizer(infra: &MCMMachine) -> bool {
-    infra.metadata.finalizers.iter().flatten().any(|f| f == FINALIZER)
+    infra.metadata.annotation(PAUSED_ANNOTATION).is_some()
 }
 
 /// The next step of a reconcile.
@@ -149,12 +141,12 @@ pub enum Step {
 /// reference or the Machine is not found); `cluster` the Cluster (None when not found).
 pub fn decide(infra: &MCMMachine, machine: Option<&MachineInfo>, cluster: Option<&ClusterInfo>) -> Step {
     let paused = has_paused_annotation(infra) || cluster.is_some_and(|c| c.paused);
-    if infra.metadata.deletion_timestamp.is_some() {
+    if infra.metadata.is_deleting() {
         // The infrastructure-ready check "should not be blocking any further delete reconciliation flows"; nor does
         // a missing owner or Cluster: a VM we made is never leaked.
         return if paused {
             Step::Paused
-        } else if has_finalizer(infra) {
+        } else if infra.metadata.has_finalizer(FINALIZER) {
             Step::Delete
         } else {
             Step::Gone
@@ -173,7 +165,7 @@ pub fn decide(infra: &MCMMachine, machine: Option<&MachineInfo>, cluster: Option
     if paused {
         return Step::Paused;
     }
-    if !has_finalizer(infra) {
+    if !infra.metadata.has_finalizer(FINALIZER) {
         return Step::AddFinalizer;
     }
     if !cluster.infrastructure_ready {

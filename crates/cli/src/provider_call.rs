@@ -8,6 +8,7 @@ use std::{fmt::Write as _, path::PathBuf};
 use anyhow::Context;
 use clap::Args;
 use k8s_openapi::{
+    Resource as _,
     api::core::v1::{NodeAddress, PersistentVolume, Secret},
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
@@ -234,7 +235,7 @@ fn machine(class: &MachineClass, name: &str, provider_id: &str) -> Machine {
         spec: MachineSpec {
             class: ClassSpec {
                 api_group: String::new(),
-                kind: "MachineClass".to_owned(),
+                kind: MachineClass::KIND.to_owned(),
                 name: class.metadata.name.clone().unwrap_or_default(),
             },
             provider_id: provider_id.to_owned(),

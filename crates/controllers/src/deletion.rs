@@ -219,11 +219,7 @@ impl Deletion<'_> {
                 DeletionAction::RemoveFinalizer => {
                     let result = self.remove_finalizer(&machine).await;
                     if result.is_ok() {
-                        let node = machine
-                            .labels()
-                            .get(keys::labels::NODE)
-                            .cloned()
-                            .unwrap_or_default();
+                        let node = machine.node_name().unwrap_or_default();
                         tracing::info!(machine = %name, node = %node, "machine deleted");
                     }
                     StepOutcome::RemoveFinalizer(result.map_err(|e| e.to_string()))

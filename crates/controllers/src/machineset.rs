@@ -6,6 +6,7 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use futures::{FutureExt, StreamExt, TryStreamExt, future::join_all};
+use k8s_openapi::Resource as _;
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams},
@@ -16,7 +17,7 @@ use kube::{
         watcher,
     },
 };
-use mcm_api::{Machine, MachineDeployment, MachineSet, keys};
+use mcm_api::{Machine, MachineDeployment, MachineSet, MetaExt, keys};
 use mcm_core::finalizers::FinalizerChange;
 use mcm_core::machineset::{
     self, Expectations, MachineSetInput, ManageResult, ReplicaFailure, ReplicaFailureReason,
@@ -105,8 +106,8 @@ pub async fn run(
     .touched_objects();
     let mapper_namespace = namespace.clone();
     let by_machine = move |machine: Machine| -> Vec<ObjectRef<MachineSet>> {
-        if let Some(owner) = machineset::controller_ref(&machine) {
-            if owner.kind == machineset::MACHINE_SET_KIND {
+        if let Some(owner) = machine.controller_ref() {
+            if owner.kind == MachineSet::KIND {
                 return vec![ObjectRef::new(&owner.name).within(&mapper_namespace)];
             }
             return Vec::new();
@@ -156,10 +157,7 @@ fn error_policy(set: Arc<MachineSet>, error: &Error, _: Arc<Context>) -> Action 
 
 /// The delete-policy annotation of the set's MachineDeployment, if it is owned by one.
 async fn deployment_delete_policy(set: &MachineSet, ctx: &Context) -> Option<String> {
-    let owner = set
-        .owner_references()
-        .iter()
-        .find(|r| r.controller == Some(true) && r.kind == "MachineDeployment")?;
+    let owner = set.controller_ref_of_kind(MachineDeployment::KIND)?;
     let api: Api<MachineDeployment> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
     let deployment = api.get_opt(&owner.name).await.ok().flatten()?;
     deployment
@@ -185,7 +183,7 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
         .owners
         .machines(&ctx.machines, &ctx.config.namespace, &uid, true);
     let claims = machineset::claim_machines(&set, all.iter().map(|m| &**m));
-    if set.metadata.deletion_timestamp.is_none()
+    if !set.is_deleting()
         && let Some(invalid) = validity::check_machine_set(&set)
     {
         return hold(&set, &claims.owned, &invalid, ctx, now).await;

@@ -13,11 +13,11 @@ use std::{
 };
 
 use kube::runtime::{reflector::ObjectRef, reflector::Store, watcher};
-use mcm_api::Machine;
+use mcm_api::{Machine, MetaExt};
 
 /// The uid of `machine`'s controlling owner, `""` for an orphan.
 fn controller_uid(machine: &Machine) -> &str {
-    mcm_core::machineset::controller_ref(machine).map_or("", |owner| owner.uid.as_str())
+    machine.controller_ref().map_or("", |owner| owner.uid.as_str())
 }
 
 /// One complete picture: owner uid → machine names, and machine name → owner uid.

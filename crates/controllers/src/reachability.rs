@@ -18,7 +18,7 @@ use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, Patch, PatchParams},
 };
-use mcm_api::{Machine, MachinePhase};
+use mcm_api::{Machine, MachinePhase, MetaExt};
 use mcm_core::reachability::{Change, HEALTH_TIMEOUT_RESET, Reachability, ReachabilitySettings};
 use serde_json::json;
 
@@ -122,7 +122,7 @@ async fn restart_health_clocks(machines: &Api<Machine>) -> usize {
     for machine in list
         .items
         .iter()
-        .filter(|m| m.metadata.deletion_timestamp.is_none() && m.phase() == Some(MachinePhase::Unknown))
+        .filter(|m| !m.is_deleting() && m.phase() == Some(MachinePhase::Unknown))
     {
         let patch = json!({ "status": {
             "currentStatus": { "phase": "Running", "lastUpdateTime": now },

@@ -12,7 +12,7 @@ use std::{
 };
 
 use futures::{FutureExt, StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::{Resource as _, api::core::v1::Secret};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{ApiResource, DynamicObject, Patch, PatchParams},
@@ -23,7 +23,7 @@ use kube::{
         watcher,
     },
 };
-use mcm_api::{Machine, MachineClass, keys};
+use mcm_api::{Machine, MachineClass, MetaExt, keys};
 use mcm_core::finalizers;
 
 pub use crate::Error;
@@ -84,8 +84,7 @@ impl ClassUses {
     fn observe(&self, event: &watcher::Event<Machine>) -> Vec<String> {
         fn used_class(machine: &Machine) -> Option<(String, String)> {
             let name = machine.metadata.name.clone()?;
-            (machine.spec.class.kind == mcm_core::migration::MACHINE_CLASS_KIND)
-                .then(|| (name, machine.spec.class.name.clone()))
+            (machine.spec.class.kind == MachineClass::KIND).then(|| (name, machine.spec.class.name.clone()))
         }
         let mut uses = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let mut changed = Vec::new();
@@ -169,7 +168,7 @@ pub async fn run(
                 // kube-runtime names the object that triggered a pass: the stand-in takes the class's name.
                 let mut machine = Machine::default();
                 machine.metadata.name = Some(class.clone());
-                mcm_core::migration::MACHINE_CLASS_KIND.clone_into(&mut machine.spec.class.kind);
+                MachineClass::KIND.clone_into(&mut machine.spec.class.kind);
                 machine.spec.class.name = class;
                 Ok(machine)
             }))
@@ -203,7 +202,7 @@ pub async fn run(
     let class_namespace = namespace.clone();
     let classes_done = class_controller
         .watches_stream(class_changes, move |machine: Machine| {
-            (machine.spec.class.kind == mcm_core::migration::MACHINE_CLASS_KIND)
+            (machine.spec.class.kind == MachineClass::KIND)
                 .then(|| ObjectRef::new(&machine.spec.class.name).within(&class_namespace))
         })
         .graceful_shutdown_on(shutdown.clone())
@@ -251,7 +250,7 @@ pub async fn run(
                 secrets
                     .state()
                     .iter()
-                    .filter(|s| s.finalizers().iter().any(|f| f == keys::finalizers::SECRET))
+                    .filter(|s| s.has_finalizer(keys::finalizers::SECRET))
                     .map(|s| ObjectRef::from_obj(&**s)),
             );
             refs
@@ -373,7 +372,7 @@ mod tests {
     fn machine(name: &str, class: &str) -> Machine {
         let mut m = Machine::default();
         m.metadata.name = Some(name.into());
-        m.spec.class.kind = mcm_core::migration::MACHINE_CLASS_KIND.into();
+        m.spec.class.kind = MachineClass::KIND.into();
         m.spec.class.name = class.into();
         m
     }

@@ -13,11 +13,9 @@
 //!   When the rollout completes the annotations go again, but only where our marker is and the machine is not
 //!   preserved; the new set's nodes never keep the taint (a rollback makes an old set new).
 
-use std::collections::BTreeMap;
-
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Taint};
-use mcm_api::{Machine, MachineDeployment, MachinePhase, keys::annotations};
+use mcm_api::{Machine, MachineDeployment, MetaExt, keys::annotations};
 use serde_json::{Value, json};
 
 /// The value the autoscaler annotations carry.
@@ -41,18 +39,6 @@ pub struct TriggerPlan {
     pub mark: Vec<(String, Value)>,
 }
 
-fn annotation<'a>(annotations: Option<&'a BTreeMap<String, String>>, key: &str) -> Option<&'a str> {
-    annotations.and_then(|a| a.get(key)).map(String::as_str)
-}
-
-fn is_failed_or_terminating(machine: &Machine) -> bool {
-    machine.metadata.deletion_timestamp.is_some()
-        || matches!(
-            machine.phase(),
-            Some(MachinePhase::Failed | MachinePhase::Terminating)
-        )
-}
-
 /// The trigger-deletion handshake for `deployment` at `now` (reference `adjustingMachineDeploymentDeletionAnnotations`
 /// and `computeMachineTriggerDeletionData` in one pass). `machine` finds a machine **of this deployment** by name:
 /// unlike the reference, which looks a name up in the whole namespace, a name that belongs to another deployment is
@@ -63,10 +49,13 @@ pub fn trigger_deletion<'a>(
     machine: impl Fn(&str) -> Option<&'a Machine>,
     now: Timestamp,
 ) -> Option<TriggerPlan> {
-    let own = deployment.metadata.annotations.as_ref();
-    let value = annotation(own, annotations::TRIGGER_DELETION_BY_MCM).filter(|v| !v.trim().is_empty())?;
+    let value = deployment
+        .annotation(annotations::TRIGGER_DELETION_BY_MCM)
+        .filter(|v| !v.trim().is_empty())?;
     let mut plan = TriggerPlan::default();
-    let existing = annotation(own, annotations::LAST_REPLICA_CHANGE_BY_SCALER_TIME).filter(|v| !v.is_empty());
+    let existing = deployment
+        .annotation(annotations::LAST_REPLICA_CHANGE_BY_SCALER_TIME)
+        .filter(|v| !v.is_empty());
     let last_change = existing.map_or_else(|| now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(), str::to_owned);
     // Only a legacy entry needs the time; the reference writes it whenever the annotation is set.
     if existing.is_none() && value.split(',').any(|e| !e.contains('~')) {
@@ -86,14 +75,14 @@ pub fn trigger_deletion<'a>(
             continue;
         }
         let Some(found) = machine(name) else { continue };
-        if is_failed_or_terminating(found) {
+        if found.is_failed_or_terminating() {
             continue;
         }
         kept.push(format!("{name}~{time}"));
-        let theirs = found.metadata.annotations.as_ref();
-        let has_time =
-            annotation(theirs, annotations::MARKED_FOR_DELETION_TIME).is_some_and(|t| !t.is_empty());
-        if annotation(theirs, annotations::MACHINE_PRIORITY) == Some("1") && has_time {
+        let has_time = found
+            .annotation(annotations::MARKED_FOR_DELETION_TIME)
+            .is_some_and(|t| !t.is_empty());
+        if found.annotation(annotations::MACHINE_PRIORITY) == Some("1") && has_time {
             continue;
         }
         let mut stamps = serde_json::Map::new();
@@ -171,9 +160,8 @@ fn has_taint(node: &Node) -> bool {
 /// taints carries the whole list and the node's resourceVersion, so that a concurrent change of the taints (the
 /// machine controller's node sync) makes it fail with a conflict instead of being overwritten.
 pub fn node_patch(node: &Node, marks: NodeMarks) -> Option<Value> {
-    let own = node.metadata.annotations.as_ref();
-    let disabled = annotation(own, annotations::SCALE_DOWN_DISABLED);
-    let ours = annotation(own, annotations::SCALE_DOWN_DISABLED_BY_MCM).is_some();
+    let disabled = node.annotation(annotations::SCALE_DOWN_DISABLED);
+    let ours = node.annotation(annotations::SCALE_DOWN_DISABLED_BY_MCM).is_some();
     let mut metadata = serde_json::Map::new();
     match marks.scale_down_disabled {
         // Someone else disabled scale-down: not ours to mark, nor to undo later.
@@ -230,8 +218,10 @@ pub fn node_patch(node: &Node, marks: NodeMarks) -> Option<Value> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-    use mcm_api::{CurrentStatus, MachineStatus};
+    use mcm_api::{CurrentStatus, MachinePhase, MachineStatus};
 
     use super::*;
 

@@ -7,11 +7,12 @@
 //! - A Secret referenced by a class's `secretRef` or `credentialsSecretRef` gets `machine.sapcloud.io/machine-controller`;
 //!   the finalizer goes when no class references it any more.
 
+use k8s_openapi::Resource as _;
 use k8s_openapi::{
     api::core::v1::{Secret, SecretReference},
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
-use mcm_api::{Machine, MachineClass, keys::finalizers};
+use mcm_api::{Machine, MachineClass, MetaExt, keys::finalizers};
 use serde_json::{Value, json};
 
 /// What to do with a finalizer.
@@ -41,14 +42,10 @@ pub fn patch(meta: &ObjectMeta, finalizer: &str, change: FinalizerChange) -> Opt
     Some(json!({ "metadata": { "finalizers": list, "resourceVersion": meta.resource_version } }))
 }
 
-fn has(finalizers: Option<&Vec<String>>, finalizer: &str) -> bool {
-    finalizers.is_some_and(|f| f.iter().any(|x| x == finalizer))
-}
-
 /// Whether a machine references the class (kind `MachineClass`, same namespace and name).
 pub fn machine_uses_class(machine: &Machine, class: &MachineClass) -> bool {
     let spec = &machine.spec.class;
-    spec.kind == "MachineClass"
+    spec.kind == MachineClass::KIND
         && Some(spec.name.as_str()) == class.metadata.name.as_deref()
         && machine.metadata.namespace == class.metadata.namespace
 }
@@ -60,11 +57,8 @@ pub fn class_finalizer(class: &MachineClass, machines: &[&Machine]) -> Finalizer
 
 /// [`class_finalizer`] for a caller that knows whether a machine uses the class (an index of the uses).
 pub fn class_finalizer_by_use(class: &MachineClass, used: bool) -> FinalizerChange {
-    let present = has(
-        class.metadata.finalizers.as_ref(),
-        finalizers::MACHINE_CONTROLLER_MANAGER,
-    );
-    let deleting = class.metadata.deletion_timestamp.is_some();
+    let present = class.has_finalizer(finalizers::MACHINE_CONTROLLER_MANAGER);
+    let deleting = class.is_deleting();
     match (present, used, deleting) {
         (false, true, _) => FinalizerChange::Add,
         (true, false, true) => FinalizerChange::Remove,
@@ -93,7 +87,7 @@ pub fn class_uses_secret(class: &MachineClass, secret: &Secret) -> bool {
 
 /// The change of the Secret finalizer, given the classes of the watched namespace.
 pub fn secret_finalizer(secret: &Secret, classes: &[&MachineClass]) -> FinalizerChange {
-    let present = has(secret.metadata.finalizers.as_ref(), finalizers::SECRET);
+    let present = secret.has_finalizer(finalizers::SECRET);
     let used = classes.iter().any(|c| class_uses_secret(c, secret));
     match (present, used) {
         (false, true) => FinalizerChange::Add,

@@ -23,7 +23,7 @@ use std::{collections::BTreeMap, time::Duration};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use mcm_api::{
-    Machine, MachineOperationType, MachinePhase, MachineState,
+    Machine, MachineOperationType, MachinePhase, MachineState, MetaExt,
     keys::{annotations, taints},
 };
 use serde_json::{Value, json};
@@ -79,20 +79,12 @@ pub fn has_critical_components_taint(node: &Node) -> bool {
 /// annotation `cluster-autoscaler.kubernetes.io/scale-down-disabled-by-mcm`. No machine is marked Failed for its
 /// health during a rollout.
 pub fn is_rolling_out(node: Option<&Node>) -> bool {
-    node.and_then(|n| n.metadata.annotations.as_ref())
-        .is_some_and(|a| a.contains_key(annotations::SCALE_DOWN_DISABLED_BY_MCM))
+    node.is_some_and(|n| n.annotation(annotations::SCALE_DOWN_DISABLED_BY_MCM).is_some())
 }
 
 /// Whether the health check applies: the machine has a node (label `node`) and a phase, and is not being deleted.
 pub fn applies(machine: &Machine) -> bool {
-    machine.metadata.deletion_timestamp.is_none()
-        && machine.phase().is_some()
-        && machine
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(mcm_api::keys::labels::NODE))
-            .is_some_and(|n| !n.is_empty())
+    !machine.is_deleting() && machine.phase().is_some() && machine.node_name().is_some()
 }
 
 /// What the health check observed.

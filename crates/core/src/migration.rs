@@ -10,8 +10,8 @@
 
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use mcm_api::{ClassSpec, MachineClass, keys};
+use k8s_openapi::{Resource as _, apimachinery::pkg::apis::meta::v1::ObjectMeta};
+use mcm_api::{ClassSpec, MachineClass, MetaExt, keys};
 use mcm_driver::{DriverError, DriverMethod};
 use serde_json::{Value, json};
 
@@ -20,25 +20,19 @@ use crate::{
     retry_policy::{self, RetryGate},
 };
 
-/// The one class kind the controllers serve.
-pub const MACHINE_CLASS_KIND: &str = "MachineClass";
-
-/// The API group of classes when a reference leaves it empty.
-pub const DEFAULT_GROUP: &str = "machine.sapcloud.io";
-
 /// The version of the old provider-specific class kinds.
 pub const OLD_CLASS_VERSION: &str = "v1alpha1";
 
 /// Whether the reference names a class of another kind, which starts the migration flow. An empty kind is a
 /// validation error, not a migration.
 pub fn needs_migration(class: &ClassSpec) -> bool {
-    !class.kind.is_empty() && class.kind != MACHINE_CLASS_KIND
+    !class.kind.is_empty() && class.kind != MachineClass::KIND
 }
 
 /// The API group of the referenced class.
 pub fn group_of(class: &ClassSpec) -> &str {
     if class.api_group.is_empty() {
-        DEFAULT_GROUP
+        mcm_api::GROUP
     } else {
         &class.api_group
     }
@@ -79,11 +73,7 @@ pub fn migrated_annotation_value(kind: &str) -> String {
 /// holds machines). `None` when both are already so.
 pub fn old_class_patch(kind: &str, metadata: &ObjectMeta) -> Option<Value> {
     let value = migrated_annotation_value(kind);
-    let annotated = metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(keys::annotations::MIGRATED_MACHINE_CLASS))
-        == Some(&value);
+    let annotated = metadata.annotation(keys::annotations::MIGRATED_MACHINE_CLASS) == Some(value.as_str());
     let finalizers = metadata.finalizers.clone().unwrap_or_default();
     let kept: Vec<&String> = finalizers
         .iter()
@@ -110,12 +100,12 @@ pub fn refers_to(reference: &ClassSpec, old: &ClassSpec) -> bool {
 
 /// The merge patch that moves a machine's reference to the new class.
 pub fn machine_reference_patch() -> Value {
-    json!({ "spec": { "class": { "kind": MACHINE_CLASS_KIND, "apiGroup": null } } })
+    json!({ "spec": { "class": { "kind": MachineClass::KIND, "apiGroup": null } } })
 }
 
 /// The merge patch that moves a MachineSet's or MachineDeployment's template reference to the new class.
 pub fn template_reference_patch() -> Value {
-    json!({ "spec": { "template": { "spec": { "class": { "kind": MACHINE_CLASS_KIND, "apiGroup": null } } } } })
+    json!({ "spec": { "template": { "spec": { "class": { "kind": MachineClass::KIND, "apiGroup": null } } } } })
 }
 
 /// What identifies the inputs of a migration attempt: the machine's generation and the old class's
@@ -192,7 +182,7 @@ mod tests {
     fn only_other_kinds_start_a_migration() {
         assert!(needs_migration(&old()));
         let mut current = old();
-        current.kind = MACHINE_CLASS_KIND.into();
+        current.kind = MachineClass::KIND.into();
         assert!(!needs_migration(&current));
         current.kind = String::new();
         assert!(!needs_migration(&current), "an empty kind is a validation error");
@@ -243,7 +233,7 @@ mod tests {
     fn references_match_kind_name_and_group() {
         let mut other = old();
         assert!(refers_to(&other, &old()));
-        other.api_group = DEFAULT_GROUP.into();
+        other.api_group = mcm_api::GROUP.into();
         assert!(refers_to(&other, &old()), "empty group means machine.sapcloud.io");
         other.name = "d".into();
         assert!(!refers_to(&other, &old()));

@@ -26,7 +26,8 @@
 use std::{collections::BTreeMap, fmt, time::Duration};
 
 use jiff::Timestamp;
-use mcm_api::{Machine, MachinePhase, keys::labels};
+use k8s_openapi::Resource as _;
+use mcm_api::{Machine, MachinePhase, MachineSet, MetaExt, keys::labels};
 
 /// Settings of the remediation guard.
 #[derive(Clone, Debug, PartialEq)]
@@ -89,25 +90,13 @@ pub enum GroupKey {
 /// The group of a machine.
 pub fn group_key(machine: &Machine) -> GroupKey {
     let namespace = machine.metadata.namespace.clone().unwrap_or_default();
-    if let Some(name) = machine
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(labels::NAME))
-        .filter(|n| !n.is_empty())
-    {
+    if let Some(name) = machine.label(labels::NAME).filter(|n| !n.is_empty()) {
         return GroupKey::MachineDeployment {
             namespace,
-            name: name.clone(),
+            name: name.to_owned(),
         };
     }
-    if let Some(owner) = machine
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.controller == Some(true) && o.kind == "MachineSet")
-    {
+    if let Some(owner) = machine.controller_ref_of_kind(MachineSet::KIND) {
         return GroupKey::MachineSet {
             namespace,
             name: owner.name.clone(),
@@ -145,30 +134,9 @@ pub struct GroupCounts {
     pub in_progress: usize,
 }
 
-fn is_preserved(machine: &Machine, now: Timestamp) -> bool {
-    machine
-        .status
-        .as_ref()
-        .and_then(|s| s.current_status.preserve_expiry_time.as_ref())
-        .is_some_and(|t| t.0 > now)
-}
-
-fn is_deleting(machine: &Machine) -> bool {
-    machine.metadata.deletion_timestamp.is_some()
-}
-
-/// Failed, Terminating or being deleted.
-fn is_going(machine: &Machine) -> bool {
-    is_deleting(machine)
-        || matches!(
-            machine.phase(),
-            Some(MachinePhase::Failed | MachinePhase::Terminating)
-        )
-}
-
-/// Not going and not settled (Running, Unknown or Available).
+/// Not going ([`Machine::is_failed_or_terminating`]) and not settled (Running, Unknown or Available).
 fn is_coming(machine: &Machine) -> bool {
-    !is_going(machine)
+    !machine.is_failed_or_terminating()
         && !matches!(
             machine.phase(),
             Some(MachinePhase::Running | MachinePhase::Unknown | MachinePhase::Available)
@@ -180,13 +148,13 @@ fn is_coming(machine: &Machine) -> bool {
 pub fn count(group: &[&Machine], desired_replicas: Option<u32>, now: Timestamp) -> GroupCounts {
     let unhealthy = group
         .iter()
-        .filter(|m| !is_deleting(m) && m.phase() == Some(MachinePhase::Unknown))
+        .filter(|m| !m.is_deleting() && m.phase() == Some(MachinePhase::Unknown))
         .count();
-    let counted = || group.iter().filter(|m| !is_preserved(m, now));
-    let going = counted().filter(|m| is_going(m)).count();
+    let counted = || group.iter().filter(|m| !m.is_preserved(now));
+    let going = counted().filter(|m| m.is_failed_or_terminating()).count();
     let mut coming = counted().filter(|m| is_coming(m)).count();
     if let Some(desired) = desired_replicas {
-        let active = group.iter().filter(|m| !is_going(m)).count();
+        let active = group.iter().filter(|m| !m.is_failed_or_terminating()).count();
         let desired = usize::try_from(desired).unwrap_or(usize::MAX);
         coming = coming.saturating_add(desired.saturating_sub(active));
     }
@@ -287,7 +255,7 @@ pub fn decide(
             .iter()
             .find(|m| m.metadata.name.as_deref() == Some(candidate))
         {
-            Some(machine) if !is_deleting(machine) && machine.phase() == Some(MachinePhase::Unknown) => {
+            Some(machine) if !machine.is_deleting() && machine.phase() == Some(MachinePhase::Unknown) => {
                 eligible.push(machine);
             }
             _ => deferred.push(Deferred {

@@ -41,9 +41,9 @@ use std::{
 };
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::{Resource as _, api::core::v1::Node};
 use mcm_api::{
-    ClassSpec, Machine, MachinePhase,
+    ClassSpec, Machine, MachineClass, MachinePhase, MetaExt,
     keys::{annotations, finalizers, labels},
 };
 use serde_json::{Value, json};
@@ -229,7 +229,7 @@ pub fn stand_in(vm: &OrphanVm, namespace: &str) -> Machine {
     machine.metadata.name = Some(vm.machine_name.clone());
     machine.metadata.namespace = Some(namespace.to_owned());
     machine.spec.class = ClassSpec {
-        kind: "MachineClass".to_owned(),
+        kind: MachineClass::KIND.to_owned(),
         name: vm.class.clone(),
         ..ClassSpec::default()
     };
@@ -243,22 +243,14 @@ pub fn claims(machine: &Machine, node: &Node) -> bool {
         return false;
     };
     let machine_name = machine.metadata.name.as_deref().unwrap_or_default();
-    let node_label = machine
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(labels::NODE))
-        .filter(|n| !n.is_empty());
+    let node_label = machine.node_name();
     let node_provider_id = node
         .spec
         .as_ref()
         .and_then(|s| s.provider_id.as_deref())
         .unwrap_or_default();
     let named_by_node = node
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(labels::NODE_MACHINE_NAME))
+        .label(labels::NODE_MACHINE_NAME)
         .is_some_and(|n| !n.is_empty() && n == machine_name);
     node_label.map_or(machine_name == node_name, |label| label == node_name)
         || (!node_provider_id.is_empty() && machine.spec.provider_id == node_provider_id)
@@ -286,13 +278,7 @@ impl<'a> Claims<'a> {
         for machine in machines {
             let name = machine.metadata.name.as_deref().unwrap_or_default();
             claims.names.insert(name);
-            match machine
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(labels::NODE))
-                .filter(|n| !n.is_empty())
-            {
+            match machine.node_name() {
                 Some(label) => claims.labelled.insert(label),
                 None => claims.unlabelled.insert(name),
             };
@@ -313,16 +299,11 @@ impl<'a> Claims<'a> {
             .as_ref()
             .and_then(|s| s.provider_id.as_deref())
             .unwrap_or_default();
-        let named = node
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(labels::NODE_MACHINE_NAME))
-            .filter(|n| !n.is_empty());
+        let named = node.label(labels::NODE_MACHINE_NAME).filter(|n| !n.is_empty());
         self.labelled.contains(node_name)
             || self.unlabelled.contains(node_name)
             || (!node_provider_id.is_empty() && self.provider_ids.contains(node_provider_id))
-            || named.is_some_and(|n| self.names.contains(n.as_str()))
+            || named.is_some_and(|n| self.names.contains(n))
     }
 }
 
@@ -386,11 +367,7 @@ pub fn decide_nodes(input: &NodeInput<'_>) -> Vec<NodeChange> {
         let Some(name) = node.metadata.name.clone() else {
             continue;
         };
-        let marked = node
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|a| a.contains_key(annotations::NOT_MANAGED_BY_MCM));
+        let marked = node.annotation(annotations::NOT_MANAGED_BY_MCM).is_some();
         let claimed = claims.any_claims(node);
         if claimed {
             if marked {
@@ -407,7 +384,7 @@ pub fn decide_nodes(input: &NodeInput<'_>) -> Vec<NodeChange> {
             .as_ref()
             .is_some_and(|created| input.now >= timeouts::add(created.0, input.creation_timeout));
         let finalizers = node.metadata.finalizers.clone().unwrap_or_default();
-        let has_finalizer = finalizers.iter().any(|f| f == finalizers::NODE);
+        let has_finalizer = node.has_finalizer(finalizers::NODE);
         if !old_enough || (marked && !has_finalizer) {
             continue;
         }

@@ -13,7 +13,7 @@
 use std::time::Duration;
 
 use jiff::Timestamp;
-use mcm_api::{GoDuration, Machine, keys::annotations};
+use mcm_api::{GoDuration, Machine, MetaExt, keys::annotations};
 
 use crate::{remediation::RemediationSettings, retry_policy::RetrySettings};
 
@@ -172,11 +172,8 @@ pub fn effective_settings(machine: &Machine, settings: &ControllerSettings) -> E
     let mut problems = Vec::new();
 
     let annotation = machine
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(annotations::EFFECTIVE_CREATION_TIMEOUT))
-        .map(|value| GoDuration::new(value.as_str()));
+        .annotation(annotations::EFFECTIVE_CREATION_TIMEOUT)
+        .map(GoDuration::new);
     let annotation_field = format!(
         "metadata.annotations[{}]",
         annotations::EFFECTIVE_CREATION_TIMEOUT

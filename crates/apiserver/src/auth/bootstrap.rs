@@ -72,7 +72,7 @@ pub fn bootstrap_user(
     if secret["type"].as_str() != Some(BOOTSTRAP_TOKEN_SECRET_TYPE) {
         return Err("the secret is not of type bootstrap.kubernetes.io/token");
     }
-    if !secret["metadata"]["deletionTimestamp"].is_null() {
+    if crate::metadata::is_deleting(secret) {
         return Err("the secret is being deleted");
     }
     if secret_data(secret, "token-id").as_deref() != Some(id) {

@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 
 use super::age::age_at;
 use super::printer::{AGE, Col, NAME, col, wide};
-use super::values::{array_at, at, creation_age, int_at, is_deleting, name_of, str_at, string_at};
+use super::values::{array_at, at, creation_age, int_at, name_of, str_at, string_at};
+use crate::metadata::is_deleting;
 
 pub(super) const POD_COLUMNS: &[Col] = &[
     NAME,

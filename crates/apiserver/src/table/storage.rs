@@ -5,7 +5,8 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::printer::{AGE, Col, NAME, col, wide};
-use super::values::{array_at, at, creation_age, int_or_string, is_deleting, name_of, str_at, string_at};
+use super::values::{array_at, at, creation_age, int_or_string, name_of, str_at, string_at};
+use crate::metadata::is_deleting;
 
 fn access_modes(modes: &[Value]) -> String {
     let has = |mode: &str| modes.iter().any(|m| m.as_str() == Some(mode));

@@ -34,10 +34,6 @@ pub(super) fn creation_age(obj: &Value, now: Timestamp) -> Value {
     json!(age_since(str_at(obj, &["metadata", "creationTimestamp"]), now))
 }
 
-pub(super) fn is_deleting(obj: &Value) -> bool {
-    at(obj, &["metadata", "deletionTimestamp"]).is_some_and(|t| !t.is_null())
-}
-
 /// An int-or-string as text (`2`, `"50%"`).
 pub(super) fn int_or_string(v: Option<&Value>) -> Option<String> {
     match v? {

@@ -11,7 +11,7 @@ use kube::{
     api::{Api, Patch, PatchParams, PostParams},
     runtime::{reflector, watcher},
 };
-use mcm_api::{Machine, MachineClass, MachineDeployment, MachinePhase, MachineSet};
+use mcm_api::{Machine, MachineClass, MachineDeployment, MachinePhase, MachineSet, MetaExt};
 use mcm_driver::Driver;
 
 /// The MachineDeployment's name (and its machines' `name` label).
@@ -153,8 +153,7 @@ impl Caches {
             .collect();
         let running = machines
             .iter()
-            .filter(|m| m.metadata.deletion_timestamp.is_none())
-            .filter(|m| m.status.as_ref().and_then(|s| s.current_status.phase) == Some(MachinePhase::Running))
+            .filter(|m| !m.is_deleting() && m.phase() == Some(MachinePhase::Running))
             .count();
         (machines.len(), running)
     }

@@ -7,8 +7,8 @@ use kube::{
     api::{Patch, PatchParams},
     runtime::reflector::{ObjectRef, Store},
 };
-use mcm_api::{Machine, MachineDeployment, keys::annotations};
-use mcm_core::{autoscaler, machineset};
+use mcm_api::{Machine, MachineDeployment, MetaExt, keys::annotations};
+use mcm_core::autoscaler;
 use serde_json::json;
 
 use crate::Error;
@@ -52,12 +52,9 @@ pub(super) async fn handshake<'a>(
 
 /// Whether the machine's node keeps the scale-down annotations after a rollout because the machine is preserved.
 fn preserved(machine: &Machine, now: jiff::Timestamp) -> bool {
-    machineset::is_preserved(machine, now)
+    machine.is_preserved(now)
         || machine
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(annotations::PRESERVE))
+            .annotation(annotations::PRESERVE)
             .is_some_and(|v| !v.is_empty() && v != "false")
 }
 
@@ -81,13 +78,7 @@ pub(super) async fn mark_nodes(
     let api: Api<Node> = Api::all(target.clone());
     let mut marked = Marked::default();
     for (machine, old) in machines {
-        let Some(node_name) = machine
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(mcm_api::keys::labels::NODE))
-            .filter(|n| !n.is_empty())
-        else {
+        let Some(node_name) = machine.node_name() else {
             continue;
         };
         let Some(node) = nodes.get(&ObjectRef::new(node_name)) else {

@@ -15,6 +15,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::{
+    Resource as _,
     api::core::v1::Node,
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time},
 };
@@ -30,10 +31,9 @@ use kube::{
 };
 use mcm_api::{
     ConditionStatus, Machine, MachineDeployment, MachineDeploymentCondition, MachineDeploymentConditionType,
-    MachineDeploymentStatus, MachineSet, MachineSetSpec, keys,
+    MachineDeploymentStatus, MachineSet, MachineSetSpec, MetaExt, keys,
 };
 use mcm_core::{
-    machineset,
     rollout::{self, ProgressInput, RolloutInput, RolloutPhase, SetView, StatusCounts},
     validity,
 };
@@ -109,12 +109,6 @@ impl Context {
     }
 }
 
-fn controller_owner<'a>(owners: &'a [OwnerReference], kind: &str) -> Option<&'a OwnerReference> {
-    owners
-        .iter()
-        .find(|r| r.controller == Some(true) && r.kind == kind)
-}
-
 /// Runs the MachineDeployment controller until `shutdown` resolves. `target` is the cluster of the nodes (`None`:
 /// no node annotations or taints). With `metrics`, the deployment cache feeds them at scrape time and the
 /// reconciles are metered; `None` runs the controller alone.
@@ -175,7 +169,7 @@ pub async fn run(
     let by_set = {
         let namespace = namespace.clone();
         move |set: MachineSet| {
-            controller_owner(set.owner_references(), "MachineDeployment")
+            set.controller_ref_of_kind(MachineDeployment::KIND)
                 .map(|r| ObjectRef::new(&r.name).within(&namespace))
         }
     };
@@ -185,9 +179,9 @@ pub async fn run(
         let namespace = namespace.clone();
         let sets = sets.clone();
         move |machine: Machine| {
-            let set_name = &controller_owner(machine.owner_references(), machineset::MACHINE_SET_KIND)?.name;
+            let set_name = &machine.controller_ref_of_kind(MachineSet::KIND)?.name;
             let set = sets.get(&ObjectRef::new(set_name).within(&namespace))?;
-            controller_owner(set.owner_references(), "MachineDeployment")
+            set.controller_ref_of_kind(MachineDeployment::KIND)
                 .map(|r| ObjectRef::new(&r.name).within(&namespace))
         }
     };
@@ -242,10 +236,7 @@ fn error_policy(deployment: Arc<MachineDeployment>, error: &Error, _: Arc<Contex
 }
 
 fn owned_by(set: &MachineSet, deployment: &MachineDeployment) -> bool {
-    let uid = deployment.uid();
-    set.owner_references()
-        .iter()
-        .any(|r| r.controller == Some(true) && Some(&r.uid) == uid.as_ref())
+    deployment.uid().is_some_and(|uid| set.is_controlled_by(&uid))
 }
 
 fn owner_reference(deployment: &MachineDeployment) -> OwnerReference {
@@ -374,7 +365,8 @@ fn machines_of(set: &MachineSet, ctx: &Context) -> Vec<Arc<Machine>> {
         .owners
         .machines(&ctx.machines, &ctx.config.namespace, &uid, false);
     machines.retain(|m| {
-        controller_owner(m.owner_references(), machineset::MACHINE_SET_KIND).is_some_and(|r| r.uid == uid)
+        m.controller_ref_of_kind(MachineSet::KIND)
+            .is_some_and(|r| r.uid == uid)
     });
     machines
 }
@@ -502,7 +494,7 @@ async fn reconcile(deployment: Arc<MachineDeployment>, ctx: Arc<Context>) -> Res
 /// One pass over a deployment (held by [`reconcile`] when the last one was too recent, see [`crate::throttle`]).
 #[allow(clippy::too_many_lines)] // the order of the acts is the contract of RolloutPlan; one place reads best
 async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Action, Error> {
-    if deployment.metadata.deletion_timestamp.is_some() {
+    if deployment.is_deleting() {
         // Its sets go by garbage collection (owner references), their machines by the set controller.
         return Ok(Action::await_change());
     }
@@ -583,13 +575,7 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
     let new = candidates.first().copied();
     let live = |set: &MachineSet| {
         machines_by_set.get(&set.name_any()).map_or(0, |machines| {
-            i32::try_from(
-                machines
-                    .iter()
-                    .filter(|m| m.metadata.deletion_timestamp.is_none())
-                    .count(),
-            )
-            .unwrap_or(i32::MAX)
+            i32::try_from(machines.iter().filter(|m| !m.is_deleting()).count()).unwrap_or(i32::MAX)
         })
     };
     // A set's status lags its machines by as long as its controller takes to write it (a set just created, or a

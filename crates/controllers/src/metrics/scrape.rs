@@ -4,8 +4,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::ResourceExt;
-use mcm_api::{Machine, MachineDeployment, MachinePhase, MachineSet, MachineSummary, StrategyType, keys};
+use mcm_api::{Machine, MachineDeployment, MachinePhase, MachineSet, MachineSummary, StrategyType};
 
 use super::{
     Metrics,
@@ -88,11 +87,7 @@ impl Metrics {
                     spec_class_api_group: class.api_group.clone(),
                     spec_class_kind: class.kind.clone(),
                     spec_class_name: class.name.clone(),
-                    node_name: machine
-                        .labels()
-                        .get(keys::labels::NODE)
-                        .cloned()
-                        .unwrap_or_default(),
+                    node_name: machine.node_name().unwrap_or_default().to_owned(),
                 })
                 .set(1);
             for condition in machine.status.iter().flat_map(|s| &s.conditions) {

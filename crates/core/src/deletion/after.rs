@@ -4,7 +4,6 @@
 
 use std::time::Duration;
 
-use mcm_api::keys::labels;
 use mcm_driver::{DeleteMachineResponse, DriverError, DriverMethod, GetMachineStatusResponse, MachineCode};
 
 use super::{
@@ -47,14 +46,7 @@ fn retry_later(
 /// The node label to record after `GetMachineStatus`, if the machine has none: the node found for the machine, else
 /// the provider's node name (reference: "ensure the node label").
 fn node_label_to_record(input: &DeletionInput<'_>, provider_node: Option<&str>) -> Option<String> {
-    let labelled = input
-        .machine
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(labels::NODE))
-        .is_some_and(|n| !n.is_empty());
-    if labelled {
+    if input.machine.node_name().is_some() {
         return None;
     }
     input

@@ -2,7 +2,7 @@
 
 use jiff::Timestamp;
 use k8s_openapi::{api::core::v1::NodeCondition, apimachinery::pkg::apis::meta::v1::Time};
-use mcm_api::{CurrentStatus, LastOperation, Machine, MachineOperationType, MachinePhase, keys::labels};
+use mcm_api::{CurrentStatus, LastOperation, Machine, MachineOperationType, MachinePhase};
 
 use super::{
     description::DeletionDescription,
@@ -18,12 +18,8 @@ pub(super) fn machine_name(machine: &Machine) -> String {
 pub(super) fn node_name(input: &DeletionInput<'_>) -> Option<String> {
     input
         .machine
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(labels::NODE))
-        .filter(|n| !n.is_empty())
-        .cloned()
+        .node_name()
+        .map(str::to_owned)
         .or_else(|| input.node.and_then(|n| n.metadata.name.clone()))
         .filter(|n| !n.is_empty())
 }

@@ -2,7 +2,7 @@
 //!
 //! Separate from [`after`](fn@super::after) because it runs before the action, on what the controller observed.
 
-use mcm_api::{Machine, MachinePhase, keys::finalizers};
+use mcm_api::{Machine, MachinePhase, MetaExt, keys::finalizers};
 
 use super::{
     common::{conditions, machine_name, node_name, terminating, write},
@@ -11,16 +11,6 @@ use super::{
     steps::{DeletionStep, HookKind, hooks},
 };
 use crate::drain::{self};
-
-/// Whether the machine carries this controller's finalizer.
-pub fn has_finalizer(machine: &Machine) -> bool {
-    machine
-        .metadata
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|f| f == finalizers::MACHINE_CONTROLLER_MANAGER)
-}
 
 /// The persisted step of a machine: [`DeletionStep::SetTerminating`] unless its phase is Terminating, else the step
 /// its description names.
@@ -145,7 +135,7 @@ fn controller_node(input: &DeletionInput<'_>) -> Option<String> {
 pub fn decide(input: &DeletionInput<'_>) -> DeletionPlan {
     let machine = input.machine;
     let persisted = current_step(machine);
-    if machine.metadata.deletion_timestamp.is_none() || !has_finalizer(machine) {
+    if !machine.is_deleting() || !machine.has_finalizer(finalizers::MACHINE_CONTROLLER_MANAGER) {
         return DeletionPlan {
             step: persisted,
             action: DeletionAction::Nothing,

@@ -31,7 +31,7 @@ mod tests;
 use std::time::Duration;
 
 pub use after::after;
-pub use decide::{current_step, decide, has_finalizer};
+pub use decide::{current_step, decide};
 pub use description::DeletionDescription;
 pub use plan::{
     AfterStep, DeletionAction, DeletionInput, DeletionPlan, DeletionWrite, Hold, NodeDeletion, StepOutcome,

@@ -6,7 +6,7 @@ use std::{fmt, time::Duration};
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::NodeCondition;
-use mcm_api::{Machine, keys::labels};
+use mcm_api::{Machine, MetaExt, keys::labels};
 
 use super::{FORCE_MAX_EVICT_RETRIES, FORCE_TIMEOUT, READONLY_FILESYSTEM, READY, common::go};
 use crate::timeouts::{self, EffectiveSettings};
@@ -69,8 +69,10 @@ pub fn parse_bool(value: &str) -> Option<bool> {
 
 /// The machine's `force-deletion` label, if it parses as true.
 fn force_label(machine: &Machine) -> Option<ForceReason> {
-    let value = machine.metadata.labels.as_ref()?.get(labels::FORCE_DELETION)?;
-    (parse_bool(value) == Some(true)).then(|| ForceReason::Label { value: value.clone() })
+    let value = machine.label(labels::FORCE_DELETION)?;
+    (parse_bool(value) == Some(true)).then(|| ForceReason::Label {
+        value: value.to_owned(),
+    })
 }
 
 /// When the condition of `type_` has been unhealthy since (its `lastTransitionTime`), if it is present and

@@ -4,8 +4,11 @@
 
 use std::{cmp::Reverse, fmt, time::Duration};
 
-use k8s_openapi::api::core::v1::Pod;
-use mcm_api::keys::extensions;
+use k8s_openapi::{
+    Resource as _,
+    api::{apps::v1::DaemonSet, core::v1::Pod},
+};
+use mcm_api::{MetaExt, keys::extensions};
 
 use super::{DEFAULT_GRACE_PERIOD, DRAIN_SKIP, DRAIN_WAIT_COMPLETED, MIRROR_POD_ANNOTATION, POD_GONE_SLACK};
 use crate::timeouts::EffectiveSettings;
@@ -97,28 +100,17 @@ impl DrainPlan {
 
 /// Whether `pod` is a mirror pod.
 pub fn is_mirror_pod(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(MIRROR_POD_ANNOTATION))
+    pod.annotation(MIRROR_POD_ANNOTATION).is_some()
 }
 
 /// Whether `pod`'s controller (the owner reference with `controller: true`) is a DaemonSet.
 pub fn is_daemonset_pod(pod: &Pod) -> bool {
-    pod.metadata.owner_references.as_ref().is_some_and(|owners| {
-        owners
-            .iter()
-            .any(|o| o.controller == Some(true) && o.kind == "DaemonSet")
-    })
+    pod.controller_refs().any(|o| o.kind == DaemonSet::KIND)
 }
 
 /// The pod's `drain.machine.sapcloud.io` label.
 fn drain_label(pod: &Pod) -> Option<&str> {
-    pod.metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(extensions::DRAIN_LABEL))
-        .map(String::as_str)
+    pod.label(extensions::DRAIN_LABEL)
 }
 
 /// Whether `pod` has finished (phase `Succeeded` or `Failed`).
@@ -166,7 +158,7 @@ fn placement(pod: &Pod) -> Placement {
         Placement::Skip(SkipReason::DaemonSet)
     } else if label == Some(DRAIN_SKIP) {
         Placement::Skip(SkipReason::SkipLabel)
-    } else if pod.metadata.deletion_timestamp.is_some() {
+    } else if pod.is_deleting() {
         Placement::Wait(WaitReason::Terminating)
     } else if label == Some(DRAIN_WAIT_COMPLETED) {
         if is_finished(pod) {

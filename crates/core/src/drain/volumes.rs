@@ -8,6 +8,7 @@ use k8s_openapi::api::{
     core::v1::{Node, Pod},
     storage::v1::VolumeAttachment,
 };
+use mcm_api::MetaExt;
 
 use super::pod_selection::{PodRef, claims};
 
@@ -80,7 +81,7 @@ pub fn live_volume_attachments<'a>(
 ) -> Vec<&'a VolumeAttachment> {
     attachments
         .iter()
-        .filter(|va| va.spec.node_name == node && va.metadata.deletion_timestamp.is_none())
+        .filter(|va| va.spec.node_name == node && !va.metadata.is_deleting())
         .collect()
 }
 

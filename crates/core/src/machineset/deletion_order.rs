@@ -10,14 +10,11 @@ use std::{
 
 use jiff::Timestamp;
 use mcm_api::{
-    Machine, MachinePhase, MachineSet,
+    Machine, MachinePhase, MachineSet, MetaExt,
     keys::{annotations, extensions},
 };
 
-use super::{
-    AUTO_PRESERVED, DEFAULT_PRIORITY, PRESERVE_VALUES,
-    common::{annotation, name_of},
-};
+use super::{AUTO_PRESERVED, PRESERVE_VALUES, common::name_of};
 use crate::timeouts;
 
 /// A delete policy (Cluster API's `deletePolicy`, here the annotation `machine.sapcloud.io/delete-policy` on a
@@ -105,10 +102,7 @@ pub fn delete_policy(
     set: &MachineSet,
     deployment_annotation: Option<&str>,
 ) -> Result<Option<DeletePolicy>, DeletePolicyError> {
-    let (value, source_kind) = match (
-        deployment_annotation,
-        annotation(&set.metadata, extensions::DELETE_POLICY),
-    ) {
+    let (value, source_kind) = match (deployment_annotation, set.annotation(extensions::DELETE_POLICY)) {
         (Some(value), _) => (value, PolicySource::MachineDeployment),
         (None, Some(value)) => (value, PolicySource::MachineSet),
         (None, None) => return Ok(None),
@@ -134,14 +128,6 @@ pub fn phase_rank(phase: Option<MachinePhase>) -> u8 {
     }
 }
 
-/// The machine's deletion priority: `machinepriority.machine.sapcloud.io` as an integer, [`DEFAULT_PRIORITY`] when it
-/// is absent or not an integer (as the reference, which logs and uses 3).
-pub fn priority(machine: &Machine) -> i64 {
-    annotation(&machine.metadata, annotations::MACHINE_PRIORITY)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_PRIORITY)
-}
-
 pub(super) fn parse_time(value: &str) -> Option<Timestamp> {
     value.trim().parse().ok()
 }
@@ -149,20 +135,9 @@ pub(super) fn parse_time(value: &str) -> Option<Timestamp> {
 /// When the machine was marked for deletion (`machine.sapcloud.io/marked-for-deletion-time`, RFC 3339); `None` when
 /// absent or unreadable.
 pub fn marked_for_deletion_at(machine: &Machine) -> Option<Timestamp> {
-    annotation(&machine.metadata, annotations::MARKED_FOR_DELETION_TIME).and_then(parse_time)
-}
-
-pub(super) fn preserve_expiry(machine: &Machine) -> Option<Timestamp> {
     machine
-        .status
-        .as_ref()
-        .and_then(|s| s.current_status.preserve_expiry_time.as_ref())
-        .map(|t| t.0)
-}
-
-/// Whether the machine is preserved: its `preserveExpiryTime` lies after `now` (reference §3.8).
-pub fn is_preserved(machine: &Machine, now: Timestamp) -> bool {
-    preserve_expiry(machine).is_some_and(|t| t > now)
+        .annotation(annotations::MARKED_FOR_DELETION_TIME)
+        .and_then(parse_time)
 }
 
 /// Whether a Failed machine is kept rather than deleted and replaced (the reference's
@@ -172,12 +147,13 @@ pub fn is_preserved(machine: &Machine, now: Timestamp) -> bool {
 /// (`node.machine.sapcloud.io/last-applied-node-preserve-value`) when there is one, else the machine's own
 /// `node.machine.sapcloud.io/preserve` annotation. An expired preservation does not keep it.
 pub fn keeps_failed_machine(machine: &Machine, now: Timestamp) -> bool {
-    if let Some(expiry) = preserve_expiry(machine) {
+    if let Some(expiry) = machine.preserve_expiry() {
         return expiry > now;
     }
-    let from_node = annotation(&machine.metadata, annotations::LAST_APPLIED_NODE_PRESERVE_VALUE)
+    let from_node = machine
+        .annotation(annotations::LAST_APPLIED_NODE_PRESERVE_VALUE)
         .filter(|v| !v.is_empty());
-    let value = from_node.or_else(|| annotation(&machine.metadata, annotations::PRESERVE));
+    let value = from_node.or_else(|| machine.annotation(annotations::PRESERVE));
     value.is_some_and(|v| PRESERVE_VALUES.contains(&v))
 }
 
@@ -266,9 +242,9 @@ impl DeletionOrder {
 
     /// The machine's key in this order.
     pub fn key(&self, machine: &Machine) -> DeletionKey {
-        let preservation = match preserve_expiry(machine) {
+        let preservation = match machine.preserve_expiry() {
             Some(expiry) if expiry > self.now => {
-                if annotation(&machine.metadata, annotations::PRESERVE) == Some(AUTO_PRESERVED) {
+                if machine.annotation(annotations::PRESERVE) == Some(AUTO_PRESERVED) {
                     PreservationRank::AutoPreserved(expiry)
                 } else {
                     PreservationRank::Preserved(expiry)
@@ -297,7 +273,7 @@ impl DeletionOrder {
         };
         DeletionKey {
             preservation,
-            priority: priority(machine),
+            priority: machine.priority(),
             mark,
             tail,
             name: name_of(machine).to_owned(),

@@ -5,12 +5,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
-use mcm_api::Machine;
+use mcm_api::{Machine, MetaExt};
 
-use super::{
-    EXPECTATIONS_TIMEOUT,
-    common::{is_deleting, name_of},
-};
+use super::{EXPECTATIONS_TIMEOUT, common::name_of};
 use crate::timeouts;
 
 /// What a set controller asked the API server for and its cache does not show yet (Kubernetes'
@@ -71,7 +68,7 @@ impl Expectations {
     pub fn observe<'a>(&mut self, machines: impl IntoIterator<Item = &'a Machine>) {
         let mut present: BTreeMap<&str, bool> = BTreeMap::new();
         for machine in machines {
-            present.insert(name_of(machine), is_deleting(machine));
+            present.insert(name_of(machine), machine.is_deleting());
         }
         self.creations.retain(|name| !present.contains_key(name.as_str()));
         self.deletions

@@ -28,13 +28,12 @@ mod tests;
 use std::time::Duration;
 
 pub use deletion_order::{
-    DeletePolicy, DeletePolicyError, DeletionKey, DeletionOrder, PolicySource, delete_policy, is_preserved,
-    keeps_failed_machine, marked_for_deletion_at, phase_rank, priority,
+    DeletePolicy, DeletePolicyError, DeletionKey, DeletionOrder, PolicySource, delete_policy,
+    keeps_failed_machine, marked_for_deletion_at, phase_rank,
 };
 pub use expectations::Expectations;
 pub use ownership::{
-    Claim, Claims, adoption_patch, claim, claim_machines, controller_ref, owner_reference, release_patch,
-    selects,
+    Claim, Claims, adoption_patch, claim, claim_machines, owner_reference, release_patch, selects,
 };
 pub use plan::{
     DeletionReason, Hold, MachineDeletion, MachinePatch, MachineSetInput, MachineSetPlan, decide,
@@ -56,13 +55,6 @@ pub const SLOW_START_INITIAL_BATCH_SIZE: usize = 1;
 /// deletion the cache never shows (for example a machine deleted by someone else before the cache saw it) cannot hold
 /// a set for ever.
 pub const EXPECTATIONS_TIMEOUT: Duration = Duration::from_mins(5);
-
-/// The deletion priority of a machine without (or with an unreadable) `machinepriority.machine.sapcloud.io`
-/// annotation.
-pub const DEFAULT_PRIORITY: i64 = 3;
-
-/// `kind` of the owner reference a set puts on its machines.
-pub const MACHINE_SET_KIND: &str = "MachineSet";
 
 /// The value of the `freeze` label that stops a set from scaling up (set by the safety controller).
 pub const FREEZE_VALUE: &str = "True";

@@ -4,25 +4,13 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::Resource as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use mcm_api::{Machine, MachineSet};
+use mcm_api::{Machine, MachineSet, MetaExt};
 use serde_json::{Map, Value, json};
 
-use super::{
-    MACHINE_SET_KIND,
-    common::{is_deleting, labels_of, set_is_deleting},
-};
+use super::common::labels_of;
 use crate::drain::selector_matches;
-
-/// The controller reference of a machine: its owner reference with `controller: true`.
-pub fn controller_ref(machine: &Machine) -> Option<&OwnerReference> {
-    machine
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true))
-}
 
 /// Whether the set's selector matches the machine's labels. A missing or empty selector matches nothing (the
 /// reference: "If a MachineSet with a nil or empty selector creeps in, it should match nothing, not everything").
@@ -72,16 +60,16 @@ pub fn claim(set: &MachineSet, machine: &Machine) -> Claim {
     if uid.is_empty() {
         return Claim::Ignore;
     }
-    match controller_ref(machine) {
+    match machine.controller_ref() {
         Some(owner) if owner.uid == uid => {
-            if set_is_deleting(set) || selects(set, machine) {
+            if set.is_deleting() || selects(set, machine) {
                 Claim::Owned
             } else {
                 Claim::Release
             }
         }
         Some(_) => Claim::Ignore,
-        None if set_is_deleting(set) || is_deleting(machine) || !selects(set, machine) => Claim::Ignore,
+        None if set.is_deleting() || machine.is_deleting() || !selects(set, machine) => Claim::Ignore,
         None => Claim::Adopt,
     }
 }
@@ -116,7 +104,7 @@ pub fn claim_machines<'a>(set: &MachineSet, machines: impl IntoIterator<Item = &
 pub fn owner_reference(set: &MachineSet) -> OwnerReference {
     OwnerReference {
         api_version: mcm_api::API_VERSION.to_owned(),
-        kind: MACHINE_SET_KIND.to_owned(),
+        kind: MachineSet::KIND.to_owned(),
         name: set.metadata.name.clone().unwrap_or_default(),
         uid: set.metadata.uid.clone().unwrap_or_default(),
         controller: Some(true),

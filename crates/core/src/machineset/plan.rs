@@ -6,21 +6,18 @@ use std::{collections::BTreeSet, fmt, time::Duration};
 
 use jiff::Timestamp;
 use mcm_api::{
-    Machine, MachinePhase, MachineSet,
-    keys::{annotations, labels},
+    Machine, MachinePhase, MachineSet, MetaExt,
+    keys::{annotations, finalizers, labels},
     validation::{self, FieldError},
 };
 use serde_json::Value;
 
 use super::{
     BURST_REPLICAS, FREEZE_VALUE, SLOW_START_INITIAL_BATCH_SIZE,
-    common::{
-        annotation, has_finalizer, is_deleting, is_going, labels_of, min_duration, name_of, set_is_deleting,
-        until,
-    },
+    common::{labels_of, min_duration, name_of, until},
     deletion_order::{
         DeletePolicy, DeletePolicyError, DeletionOrder, delete_policy, keeps_failed_machine,
-        marked_for_deletion_at, parse_time, preserve_expiry,
+        marked_for_deletion_at, parse_time,
     },
     expectations::Expectations,
     template::propagation_patch,
@@ -191,15 +188,16 @@ pub fn slow_start_batches(count: usize, initial: usize) -> Vec<usize> {
 /// annotation exactly `1` and a `marked-for-deletion-time` at or before the set's
 /// `last-deployment-replica-change-by-scaler-time`. None when the set has no (readable) such time.
 pub fn marked_by_autoscaler<'a>(set: &MachineSet, machines: &[&'a Machine]) -> Vec<&'a Machine> {
-    let Some(changed_at) =
-        annotation(&set.metadata, annotations::LAST_REPLICA_CHANGE_BY_SCALER_TIME).and_then(parse_time)
+    let Some(changed_at) = set
+        .annotation(annotations::LAST_REPLICA_CHANGE_BY_SCALER_TIME)
+        .and_then(parse_time)
     else {
         return Vec::new();
     };
     machines
         .iter()
         .copied()
-        .filter(|m| annotation(&m.metadata, annotations::MACHINE_PRIORITY) == Some("1"))
+        .filter(|m| m.annotation(annotations::MACHINE_PRIORITY) == Some("1"))
         .filter(|m| marked_for_deletion_at(m).is_some_and(|at| at <= changed_at))
         .collect()
 }
@@ -231,12 +229,12 @@ pub fn decide(input: &MachineSetInput<'_>) -> MachineSetPlan {
     }
     let order = DeletionOrder::new(plan.delete_policy, input.random, now);
 
-    if set_is_deleting(set) {
+    if set.is_deleting() {
         let mut remaining: Vec<&Machine> = input
             .machines
             .iter()
             .copied()
-            .filter(|m| !is_deleting(m))
+            .filter(|m| !m.is_deleting())
             .collect();
         order.sort(&mut remaining);
         plan.delete = remaining
@@ -246,7 +244,8 @@ pub fn decide(input: &MachineSetInput<'_>) -> MachineSetPlan {
                 reason: DeletionReason::SetDeleted,
             })
             .collect();
-        plan.remove_finalizer = input.machines.is_empty() && has_finalizer(&set.metadata);
+        plan.remove_finalizer =
+            input.machines.is_empty() && set.has_finalizer(finalizers::MACHINE_CONTROLLER_MANAGER);
         return plan;
     }
 
@@ -255,7 +254,7 @@ pub fn decide(input: &MachineSetInput<'_>) -> MachineSetPlan {
         plan.holds.push(Hold::Invalid(errors));
         return plan;
     }
-    plan.add_finalizer = !has_finalizer(&set.metadata);
+    plan.add_finalizer = !set.has_finalizer(finalizers::MACHINE_CONTROLLER_MANAGER);
     plan.propagate = input
         .machines
         .iter()
@@ -270,8 +269,8 @@ pub fn decide(input: &MachineSetInput<'_>) -> MachineSetPlan {
     plan.requeue_after = input
         .machines
         .iter()
-        .filter(|m| !is_going(m) && m.phase() == Some(MachinePhase::Failed))
-        .filter_map(|m| preserve_expiry(m).filter(|t| *t > now))
+        .filter(|m| !m.is_terminating() && m.phase() == Some(MachinePhase::Failed))
+        .filter_map(|m| m.preserve_expiry().filter(|t| *t > now))
         .map(|t| until(now, t))
         .min();
 
@@ -293,7 +292,12 @@ pub fn decide(input: &MachineSetInput<'_>) -> MachineSetPlan {
 fn manage_replicas(input: &MachineSetInput<'_>, order: &DeletionOrder, plan: &mut MachineSetPlan) {
     let set = input.set;
     let now = input.now;
-    let not_going: Vec<&Machine> = input.machines.iter().copied().filter(|m| !is_going(m)).collect();
+    let not_going: Vec<&Machine> = input
+        .machines
+        .iter()
+        .copied()
+        .filter(|m| !m.is_terminating())
+        .collect();
     let failed: Vec<&Machine> = not_going
         .iter()
         .copied()

@@ -8,14 +8,11 @@ use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use mcm_api::{
     ConditionStatus, Machine, MachinePhase, MachineSet, MachineSetCondition, MachineSetConditionType,
-    MachineSetStatus, MachineState, MachineSummary,
+    MachineSetStatus, MachineState, MachineSummary, MetaExt,
 };
 use serde_json::{Map, Value, json};
 
-use super::{
-    common::{is_deleting, labels_of, name_of, until},
-    deletion_order::is_preserved,
-};
+use super::common::{labels_of, name_of, until};
 use crate::timeouts;
 
 /// Why creating or deleting machines failed (the `ReplicaFailure` condition's reasons).
@@ -141,14 +138,14 @@ pub struct StatusPlan {
 
 /// Whether a machine counts as ready: Running and not being deleted (reference: readyReplicas = Running).
 fn is_ready(machine: &Machine) -> bool {
-    !is_deleting(machine) && machine.phase() == Some(MachinePhase::Running)
+    !machine.is_deleting() && machine.phase() == Some(MachinePhase::Running)
 }
 
 /// When a machine becomes (or became) available: Running (or Available, the phase without a target cluster) and not
 /// being deleted, from its phase's `lastUpdateTime` plus `minReadySeconds`. `None` if it is not Running or Available,
 /// or if `minReadySeconds` > 0 and the phase has no time (it cannot be told how long it has been up).
 fn available_at(machine: &Machine, min_ready: Duration) -> Option<Timestamp> {
-    if is_deleting(machine)
+    if machine.is_deleting()
         || !matches!(
             machine.phase(),
             Some(MachinePhase::Running | MachinePhase::Available)
@@ -263,7 +260,7 @@ pub fn status(
         .count();
     let preserved_failed = machines
         .iter()
-        .filter(|m| m.phase() == Some(MachinePhase::Failed) && is_preserved(m, now))
+        .filter(|m| m.phase() == Some(MachinePhase::Failed) && m.is_preserved(now))
         .count();
     let mut failed: Vec<MachineSummary> = machines
         .iter()
@@ -271,7 +268,7 @@ pub fn status(
             m.status
                 .as_ref()
                 .is_some_and(|s| s.last_operation.state == Some(MachineState::Failed))
-                && !is_preserved(m, now)
+                && !m.is_preserved(now)
         })
         .map(|m| summary(set, m))
         .collect();

@@ -4,27 +4,25 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use mcm_api::{
-    GoDuration, Machine, MachineConfiguration, MachinePhase, MachineSet,
+    GoDuration, Machine, MachineConfiguration, MachineSet, MetaExt,
     keys::{annotations, finalizers},
 };
 use serde_json::{Map, Value, json};
 
-use super::{
-    common::{annotation, is_going},
-    ownership::owner_reference,
-};
+use super::ownership::owner_reference;
 
 /// The effective creation timeout the set hands to its machines: the set's
 /// `node.machine.sapcloud.io/effective-creation-timeout` annotation (copied from its MachineDeployment), else the
 /// template's.
 pub fn effective_creation_timeout(set: &MachineSet) -> Option<&str> {
-    annotation(&set.metadata, annotations::EFFECTIVE_CREATION_TIMEOUT).or_else(|| {
-        set.spec
-            .template
-            .metadata
-            .as_ref()
-            .and_then(|m| annotation(m, annotations::EFFECTIVE_CREATION_TIMEOUT))
-    })
+    set.annotation(annotations::EFFECTIVE_CREATION_TIMEOUT)
+        .or_else(|| {
+            set.spec
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.annotation(annotations::EFFECTIVE_CREATION_TIMEOUT))
+        })
 }
 
 /// The `generateName` of the set's machines: `<set-name>-` (the reference's `getMachinesPrefix`; the name alone if the
@@ -168,7 +166,7 @@ fn same_duration(a: &Value, b: &Value) -> bool {
 /// already matches, or is not active (being deleted, Terminating or Failed: the reference skips inactive machines).
 /// Durations equal in value (`10m` and `10m0s`) count as equal.
 pub fn propagation_patch(set: &MachineSet, machine: &Machine) -> Option<Value> {
-    if is_going(machine) || machine.phase() == Some(MachinePhase::Failed) {
+    if machine.is_failed_or_terminating() {
         return None;
     }
     let template = &set.spec.template.spec;
@@ -183,7 +181,7 @@ pub fn propagation_patch(set: &MachineSet, machine: &Machine) -> Option<Value> {
         }
     }
     let old = propagated_view(
-        annotation(&machine.metadata, annotations::EFFECTIVE_CREATION_TIMEOUT),
+        machine.annotation(annotations::EFFECTIVE_CREATION_TIMEOUT),
         machine.spec.node_template.as_ref(),
         old_config,
         &machine.spec.class.kind,

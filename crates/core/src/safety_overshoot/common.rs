@@ -17,7 +17,3 @@ pub(super) fn name_of(meta: &ObjectMeta) -> &str {
 pub(super) fn namespace_of(meta: &ObjectMeta) -> &str {
     meta.namespace.as_deref().unwrap_or_default()
 }
-
-pub(super) fn is_deleting(meta: &ObjectMeta) -> bool {
-    meta.deletion_timestamp.is_some()
-}

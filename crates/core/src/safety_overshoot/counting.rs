@@ -3,19 +3,20 @@
 //!
 //! Separate because it is observation: it reads objects and decides nothing.
 
+use k8s_openapi::Resource as _;
 use k8s_openapi::apimachinery::pkg::{apis::meta::v1::ObjectMeta, util::intstr::IntOrString};
 use mcm_api::{
     ConditionStatus, Machine, MachineDeployment, MachineDeploymentConditionType, MachineSet,
-    MachineSetConditionType,
+    MachineSetConditionType, MetaExt,
     keys::{annotations, labels},
 };
 
 use super::{
-    DEFAULT_SAFETY_DOWN, DEFAULT_SAFETY_UP, MACHINE_DEPLOYMENT_KIND,
+    DEFAULT_SAFETY_DOWN, DEFAULT_SAFETY_UP,
     common::{NO_MAP, labels_of, name_of, namespace_of},
 };
 use crate::{
-    machineset::{FREEZE_VALUE, MACHINE_SET_KIND},
+    machineset::FREEZE_VALUE,
     rollout::{DEFAULT_FENCEPOST, scaled_value},
 };
 
@@ -48,14 +49,12 @@ pub struct Thresholds {
 
 /// Whether the object carries the label `freeze=True` (the freeze itself; the condition only reports it).
 pub fn is_frozen(meta: &ObjectMeta) -> bool {
-    labels_of(meta).get(labels::FREEZE).map(String::as_str) == Some(FREEZE_VALUE)
+    meta.label(labels::FREEZE) == Some(FREEZE_VALUE)
 }
 
 /// Whether the object carries the manual unfreeze annotation (any value, as in the reference).
 pub fn has_unfreeze_annotation(meta: &ObjectMeta) -> bool {
-    meta.annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(annotations::UNFREEZE))
+    meta.annotation(annotations::UNFREEZE).is_some()
 }
 
 /// Whether the set's `freeze` label and its `Frozen=True` condition disagree (an interrupted write, or another
@@ -86,9 +85,9 @@ pub fn counts_for(set: &MachineSet, machine: &Machine) -> bool {
     if namespace_of(&machine.metadata) != namespace_of(&set.metadata) {
         return false;
     }
-    let owned = machine.metadata.owner_references.iter().flatten().any(|r| {
-        r.controller == Some(true) && r.kind == MACHINE_SET_KIND && r.name == name_of(&set.metadata)
-    });
+    let owned = machine
+        .controller_refs()
+        .any(|r| r.kind == MachineSet::KIND && r.name == name_of(&set.metadata));
     if !owned {
         return false;
     }
@@ -115,12 +114,7 @@ pub fn owning_deployment<'a>(
     set: &MachineSet,
     deployments: impl IntoIterator<Item = &'a MachineDeployment>,
 ) -> Option<&'a MachineDeployment> {
-    let owner = set
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true) && r.kind == MACHINE_DEPLOYMENT_KIND)?;
+    let owner = set.controller_ref_of_kind(MachineDeployment::KIND)?;
     deployments.into_iter().find(|d| {
         name_of(&d.metadata) == owner.name
             && namespace_of(&d.metadata) == namespace_of(&set.metadata)

@@ -75,9 +75,6 @@ pub const DEFAULT_SAFETY_UP: u32 = 2;
 /// The default of `--safety-down`: how far below the upper threshold the count must fall to unfreeze.
 pub const DEFAULT_SAFETY_DOWN: u32 = 1;
 
-/// `kind` of a set's owner reference to its deployment.
-pub const MACHINE_DEPLOYMENT_KIND: &str = "MachineDeployment";
-
 /// Reasons of the `Frozen` condition, and of unfreezing (logs and event messages).
 pub mod reasons {
     /// The set has too many machines (the reference's `OverShootingReplicaCount`).

@@ -4,12 +4,12 @@
 //! [`super::deployment_patches`] only write it.
 
 use jiff::Timestamp;
-use mcm_api::{Machine, MachineDeployment, MachineSet, keys::annotations};
+use k8s_openapi::Resource as _;
+use mcm_api::{Machine, MachineDeployment, MachineSet, MetaExt, keys::annotations};
 use serde_json::Value;
 
 use super::{
-    MACHINE_DEPLOYMENT_KIND,
-    common::{is_deleting, name_of},
+    common::name_of,
     counting::{
         Settings, Thresholds, count, has_unfreeze_annotation, is_frozen, owning_deployment, thresholds,
     },
@@ -17,7 +17,6 @@ use super::{
     patches::{ConditionChange, deployment_patches, set_patches},
     reasons,
 };
-use crate::machineset::MACHINE_SET_KIND;
 
 /// What the safety controller looks at in one pass (the caches of one namespace).
 #[derive(Clone, Copy, Debug)]
@@ -81,8 +80,8 @@ impl ObjectKind {
     /// The kind's name.
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::MachineSet => MACHINE_SET_KIND,
-            Self::MachineDeployment => MACHINE_DEPLOYMENT_KIND,
+            Self::MachineSet => MachineSet::KIND,
+            Self::MachineDeployment => MachineDeployment::KIND,
         }
     }
 }
@@ -355,12 +354,7 @@ fn deployment_desired(deployment: &MachineDeployment, sets: &[&SetEvaluation]) -
 /// Decides one pass: every set (not being deleted) is evaluated, then every deployment (not being deleted) is
 /// brought in line with its sets. See the module documentation for the rules.
 pub fn plan(input: &Input<'_>) -> Plan {
-    let mut sets: Vec<&MachineSet> = input
-        .sets
-        .iter()
-        .copied()
-        .filter(|s| !is_deleting(&s.metadata))
-        .collect();
+    let mut sets: Vec<&MachineSet> = input.sets.iter().copied().filter(|s| !s.is_deleting()).collect();
     sets.sort_by(|a, b| name_of(&a.metadata).cmp(name_of(&b.metadata)));
     let mut result = Plan::default();
     for set in &sets {
@@ -385,7 +379,7 @@ pub fn plan(input: &Input<'_>) -> Plan {
         .deployments
         .iter()
         .copied()
-        .filter(|d| !is_deleting(&d.metadata))
+        .filter(|d| !d.is_deleting())
         .collect();
     deployments.sort_by(|a, b| name_of(&a.metadata).cmp(name_of(&b.metadata)));
     for deployment in deployments {

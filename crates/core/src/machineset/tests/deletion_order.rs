@@ -53,7 +53,7 @@ fn new_machines_rank_with_terminating_and_bad_priorities_count_as_three() {
     assert_eq!(phase_rank(Some(MachinePhase::InPlaceUpdating)), 0);
     let mut bad = running("bad");
     annotate(&mut bad, annotations::MACHINE_PRIORITY, "high");
-    assert_eq!(priority(&bad), DEFAULT_PRIORITY);
+    assert_eq!(bad.priority(), Machine::DEFAULT_PRIORITY);
     let mut two = running("two");
     annotate(&mut two, annotations::MACHINE_PRIORITY, "2");
     let machines = [created(bad, 1), two, created(machine("new", None), 500)];

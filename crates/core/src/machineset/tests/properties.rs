@@ -8,27 +8,21 @@ use std::{
 use jiff::Timestamp;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use mcm_api::{
-    GoDuration, Machine, MachineConfiguration, MachinePhase, NodeTemplateSpec,
+    GoDuration, Machine, MachineConfiguration, MachinePhase, MetaExt, NodeTemplateSpec,
     keys::{annotations, extensions},
 };
 use proptest::prelude::*;
 
 use super::*;
-use crate::{
-    machineset::{
-        common::{annotation, is_going, name_of},
-        deletion_order::preserve_expiry,
-    },
-    timeouts,
-};
+use crate::{machineset::common::name_of, timeouts};
 
 /// The reference's criteria, written as the reference states them (reference §5 ActiveMachines.Less, 1–5), to
 /// check [`DeletionOrder`] against. `Equal` where the reference has no opinion.
 fn reference_compare(a: &Machine, b: &Machine, now: Timestamp) -> Ordering {
     let preserved = |m: &Machine| {
-        is_preserved(m, now).then(|| {
-            let auto = annotation(&m.metadata, annotations::PRESERVE) == Some("auto-preserved");
-            (!auto, preserve_expiry(m))
+        m.is_preserved(now).then(|| {
+            let auto = m.annotation(annotations::PRESERVE) == Some("auto-preserved");
+            (!auto, m.preserve_expiry())
         })
     };
     match (preserved(a), preserved(b)) {
@@ -37,8 +31,8 @@ fn reference_compare(a: &Machine, b: &Machine, now: Timestamp) -> Ordering {
         (Some(x), Some(y)) if x != y => return x.cmp(&y),
         _ => {}
     }
-    if priority(a) != priority(b) {
-        return priority(a).cmp(&priority(b));
+    if a.priority() != b.priority() {
+        return a.priority().cmp(&b.priority());
     }
     match (marked_for_deletion_at(a), marked_for_deletion_at(b)) {
         (Some(x), Some(y)) if x != y => return x.cmp(&y),
@@ -216,12 +210,12 @@ proptest! {
         prop_assert_eq!(deleted.len(), plan.delete.len(), "each machine once");
         for name in &deleted {
             let m = machines.iter().find(|m| name_of(m) == *name).unwrap();
-            prop_assert!(!is_going(m), "only machines not on their way out");
+            prop_assert!(!m.is_terminating(), "only machines not on their way out");
         }
         // Machines that stay and count.
         let staying = machines
             .iter()
-            .filter(|m| !is_going(m) && !deleted.contains(name_of(m)))
+            .filter(|m| !m.is_terminating() && !deleted.contains(name_of(m)))
             .filter(|m| m.phase() != Some(MachinePhase::Failed) || keeps_failed_machine(m, now))
             .count();
         let replicas = usize::try_from(replicas).unwrap();
@@ -273,7 +267,7 @@ proptest! {
         prop_assert_eq!(propagation_patch(&set, &updated), None);
         prop_assert_eq!(&updated.spec.node_template, &set.spec.template.spec.node_template);
         prop_assert_eq!(
-            annotation(&updated.metadata, annotations::EFFECTIVE_CREATION_TIMEOUT),
+            updated.annotation(annotations::EFFECTIVE_CREATION_TIMEOUT),
             set_timeout
         );
         let parse = |d: &Option<GoDuration>| d.as_ref().map(|d| d.parse().unwrap());

@@ -4,14 +4,13 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use mcm_api::{
-    GoDuration, MachinePhase, NodeTemplateSpec,
+    GoDuration, MachinePhase, MetaExt, NodeTemplateSpec,
     keys::{annotations, finalizers},
 };
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
 use super::*;
-use crate::machineset::common::annotation;
 
 #[test]
 fn the_machine_to_create_needs_no_second_write() {
@@ -94,7 +93,7 @@ fn propagation_patches_node_template_configuration_class_kind_and_the_timeout_an
     let updated = apply_patch(&m, &patch);
     assert_eq!(updated.spec.node_template, set.spec.template.spec.node_template);
     assert_eq!(updated.spec.configuration, set.spec.template.spec.configuration);
-    assert_eq!(annotation(&updated.metadata, "unrelated"), Some("kept"));
+    assert_eq!(updated.annotation("unrelated"), Some("kept"));
     assert_eq!(updated.spec.class.name, "small", "the machine is not replaced");
     assert_eq!(propagation_patch(&set, &updated), None);
 

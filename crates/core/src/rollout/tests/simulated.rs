@@ -8,8 +8,8 @@ use k8s_openapi::apimachinery::pkg::{
     util::intstr::IntOrString,
 };
 use mcm_api::{
-    Machine, MachineDeployment, MachinePhase, MachineSet, MachineStatus, RollingUpdateMachineDeployment,
-    StrategyType,
+    Machine, MachineDeployment, MachinePhase, MachineSet, MachineStatus, MetaExt,
+    RollingUpdateMachineDeployment, StrategyType,
     keys::{annotations, labels},
 };
 use pretty_assertions::assert_eq;
@@ -166,7 +166,7 @@ impl Sim {
         let uid = set.metadata.uid.clone();
         self.machines
             .iter()
-            .filter(move |m| machineset::controller_ref(m).is_some_and(|r| Some(&r.uid) == uid.as_ref()))
+            .filter(move |m| m.controller_ref().is_some_and(|r| Some(&r.uid) == uid.as_ref()))
     }
 
     fn set_named(&mut self, name: &str) -> &mut MachineSet {
@@ -415,7 +415,7 @@ fn a_rolling_update_of_ten_uses_its_budget_and_ends_with_new_machines_only() {
     assert!(
         sim.machines
             .iter()
-            .all(|m| machineset::controller_ref(m).unwrap().uid == "uid-v2")
+            .all(|m| m.controller_ref().unwrap().uid == "uid-v2")
     );
     // Once the sets have written their statuses, the deployment sees the rollout complete.
     assert_eq!(

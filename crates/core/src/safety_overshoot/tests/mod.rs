@@ -8,7 +8,10 @@ mod thresholds;
 use std::collections::BTreeMap;
 
 use jiff::Timestamp;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::{
+    Resource as _,
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
+};
 use mcm_api::{
     ConditionStatus, Machine, MachineDeployment, MachineSet, MachineSetCondition, MachineSetConditionType,
     builders::{MachineBuilder, MachineDeploymentBuilder, MachineSetBuilder},
@@ -17,10 +20,7 @@ use mcm_api::{
 use serde_json::Value;
 
 use super::*;
-use crate::{
-    machineset::{FREEZE_VALUE, MACHINE_SET_KIND},
-    safety_overshoot::common::name_of,
-};
+use crate::{machineset::FREEZE_VALUE, safety_overshoot::common::name_of};
 
 const NS: &str = "default";
 
@@ -52,7 +52,7 @@ fn set(name: &str, replicas: i32) -> MachineSet {
 fn owned_set(name: &str, replicas: i32, deployment: &str) -> MachineSet {
     let mut s = set(name, replicas);
     s.metadata.owner_references = Some(vec![owner(
-        MACHINE_DEPLOYMENT_KIND,
+        MachineDeployment::KIND,
         deployment,
         &format!("uid-{deployment}"),
         true,
@@ -82,7 +82,7 @@ fn machines_of(set: &MachineSet, n: usize) -> Vec<Machine> {
             MachineBuilder::new(&format!("{name}-{i}"))
                 .namespace(NS)
                 .labels([("pool", name)])
-                .owner(owner(MACHINE_SET_KIND, name, "x", true))
+                .owner(owner(MachineSet::KIND, name, "x", true))
                 .build()
         })
         .collect()

@@ -61,7 +61,7 @@ fn counting_needs_the_template_labels_and_the_controller_reference_by_name() {
         (
             "a controller of another kind with the set's name",
             Box::new(|m| {
-                m.metadata.owner_references.as_mut().unwrap()[0].kind = MACHINE_DEPLOYMENT_KIND.into();
+                m.metadata.owner_references.as_mut().unwrap()[0].kind = MachineDeployment::KIND.into();
             }),
             false,
         ),
