@@ -22,7 +22,7 @@ pub(super) async fn delete(machine: &Machine, ctx: &Context) -> Result<Action, E
             nodes
                 .state()
                 .into_iter()
-                .find(|node| node.labels().get(keys::labels::NODE_MACHINE_NAME) == Some(&name))
+                .find(|node| node.label(keys::labels::NODE_MACHINE_NAME) == Some(name.as_str()))
         }),
     };
     let key = format!("machine/{name}");

@@ -19,7 +19,7 @@ use kube::{
         watcher,
     },
 };
-use mcm_api::{Machine, MachineClass, keys, validation};
+use mcm_api::{Machine, MachineClass, MetaExt as _, keys, validation};
 use mcm_core::{
     ControllerSettings, Description, Redactor, StatusUpdate,
     creation::{self, Attempts, CallOutcome, CreationInput, CreationStep},

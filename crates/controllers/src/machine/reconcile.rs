@@ -93,12 +93,12 @@ pub(super) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Resul
     if !caches_ready(&ctx) {
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
-    if let Some(node) = machine.labels().get(keys::labels::NODE).filter(|n| !n.is_empty()) {
+    if let Some(node) = machine.node_name() {
         let mut index = ctx
             .node_index
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        index.insert(node.clone(), name.clone());
+        index.insert(node.to_owned(), name.clone());
         // Entries of deleted machines go once they could be half of the index (amortized: never per reconcile).
         if index.len() > (2 * ctx.machines.len()).max(64) {
             let namespace = &ctx.config.namespace;
@@ -113,7 +113,7 @@ pub(super) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Resul
         // Our own write is on its way through the watch; its event reconciles again.
         return Ok(Action::requeue(Duration::from_secs(1)));
     }
-    if machine.metadata.deletion_timestamp.is_some() {
+    if machine.is_deleting() {
         return delete(&machine, &ctx).await;
     }
     if ctx.freeze.is_frozen() {
@@ -141,9 +141,10 @@ pub(super) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Resul
     }
     let problems = match (&class, problems.is_empty()) {
         (_, false) => validation::summarize(&problems),
-        (None, true) => {
-            descriptions::class_not_found(mcm_core::migration::MACHINE_CLASS_KIND, &machine.spec.class.name)
-        }
+        (None, true) => descriptions::class_not_found(
+            <MachineClass as k8s_openapi::Resource>::KIND,
+            &machine.spec.class.name,
+        ),
         (Some(class), true) => validation::summarize(&validation::validate_machine_class(class)),
     };
     let Some(class) = class.filter(|_| problems.is_empty()) else {

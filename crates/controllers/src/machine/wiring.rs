@@ -116,7 +116,7 @@ pub async fn run(
             // The machine whose `node` label names the node, the machine the node's label names, and the machine
             // named as the node: looked up, never scanned for.
             let mut candidates: Vec<String> = indexed.into_iter().collect();
-            candidates.extend(node.labels().get(keys::labels::NODE_MACHINE_NAME).cloned());
+            candidates.extend(node.label(keys::labels::NODE_MACHINE_NAME).map(str::to_owned));
             candidates.push(name);
             candidates.sort();
             candidates.dedup();

@@ -3,7 +3,7 @@
 //! Separate from the types it uses because this is the flow itself; [`super::VmRecord`] and [`super::CreationStep`] are its vocabulary.
 
 use jiff::Timestamp;
-use mcm_api::{Machine, MachineOperationType, MachinePhase, MachineState};
+use mcm_api::{Machine, MachineOperationType, MachinePhase, MachineState, MetaExt as _};
 use mcm_driver::{DriverError, DriverMethod, MachineCode};
 
 use super::{
@@ -21,7 +21,7 @@ use crate::{
 /// VM or without a phase or in CrashLoopBackOff. (The reference also runs the flow for a Failed machine without a
 /// providerID; a Failed machine is to be replaced, never to get a VM.)
 pub fn needs_creation(machine: &Machine) -> bool {
-    if machine.metadata.deletion_timestamp.is_some() {
+    if machine.is_deleting() {
         return false;
     }
     match machine.phase() {

@@ -5,7 +5,7 @@
 
 use k8s_openapi::api::core::v1::NodeAddress;
 use mcm_api::{
-    Machine,
+    Machine, MetaExt as _,
     keys::{annotations, labels},
 };
 use mcm_driver::{CreateMachineResponse, GetMachineStatusResponse, InitializeMachineResponse};
@@ -29,7 +29,7 @@ impl VmInfo {
     pub fn recorded(machine: &Machine) -> Self {
         Self {
             provider_id: machine.spec.provider_id.clone(),
-            node_name: node_label(machine).unwrap_or_default().to_owned(),
+            node_name: machine.node_name().unwrap_or_default().to_owned(),
             ..Self::default()
         }
     }
@@ -85,16 +85,6 @@ impl From<&InitializeMachineResponse> for VmInfo {
     }
 }
 
-fn node_label(machine: &Machine) -> Option<&str> {
-    machine
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(labels::NODE))
-        .map(String::as_str)
-        .filter(|n| !n.is_empty())
-}
-
 /// What to record on the machine about its VM (a metadata/spec update, before any further call). Only what is not
 /// recorded yet: a providerID or node label once set is never changed (spec 003).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -114,13 +104,10 @@ impl VmRecord {
         let provider_id = (machine.spec.provider_id.is_empty() && !vm.provider_id.is_empty())
             .then(|| vm.provider_id.clone());
         let node_label =
-            (node_label(machine).is_none() && !vm.node_name.is_empty()).then(|| vm.node_name.clone());
+            (machine.node_name().is_none() && !vm.node_name.is_empty()).then(|| vm.node_name.clone());
         let priority_annotation = machine
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(annotations::MACHINE_PRIORITY))
-            .is_none_or(String::is_empty);
+            .annotation(annotations::MACHINE_PRIORITY)
+            .is_none_or(str::is_empty);
         let record = Self {
             provider_id,
             node_label,
