@@ -1,0 +1,53 @@
+//! The one-time warning about settings that are stored but have no effect (`mcm_core::ignored`): a Warning Event
+//! with reason `NoEffect` on the object and a log line, once per object generation and distinct list of settings
+//! (again after a restart of the controller, which does not remember).
+
+use std::{collections::BTreeMap, sync::Mutex};
+
+use kube::{Resource, ResourceExt};
+use mcm_core::ignored::{self, Ignored, NO_EFFECT};
+
+use crate::events::{EventType, Recorder};
+
+/// What was last warned about, by object uid: its generation and the settings' text.
+#[derive(Debug, Default)]
+pub(crate) struct NoEffect(Mutex<BTreeMap<String, (Option<i64>, String)>>);
+
+impl NoEffect {
+    /// Warns about `settings` on `object` unless this generation was already warned about with the same text; an
+    /// object without such settings is forgotten.
+    pub(crate) async fn warn<K>(&self, recorder: &Recorder, object: &K, settings: &[Ignored])
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let uid = object.uid().unwrap_or_default();
+        let message = ignored::summarize(settings);
+        let seen = (object.meta().generation, message);
+        let warn = {
+            let mut warned = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if settings.is_empty() {
+                warned.remove(&uid);
+                false
+            } else {
+                warned.insert(uid, seen.clone()).as_ref() != Some(&seen)
+            }
+        };
+        if warn {
+            let (_, message) = seen;
+            tracing::warn!(
+                kind = %K::kind(&()),
+                name = %object.name_any(),
+                settings = %message,
+                "accepted for compatibility with the reference; it has no effect here"
+            );
+            recorder
+                .record(
+                    object,
+                    EventType::Warning,
+                    NO_EFFECT,
+                    &format!("has no effect here: {message}"),
+                )
+                .await;
+        }
+    }
+}
