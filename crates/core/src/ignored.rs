@@ -4,7 +4,10 @@
 //! docs/compatibility.md; what is refused outright (the InPlaceUpdate strategy) is validation's.
 
 use jiff::Timestamp;
-use mcm_api::{Machine, MachineConfiguration, MachineDeployment, MachineSet, keys::annotations};
+use mcm_api::{
+    Machine, MachineConfiguration, MachineDeployment, MachineSet,
+    keys::{annotations, labels},
+};
 
 /// The reason of the Warning Event about a setting that has no effect.
 pub const NO_EFFECT: &str = "NoEffect";
@@ -44,6 +47,8 @@ const AUTO_PRESERVE: &str =
     "auto-preservation of Failed machines is not implemented yet; Failed machines are replaced";
 const PRESERVE_TIMEOUT: &str = "machine preservation is not implemented yet; the value is not used";
 const IN_PLACE_TIMEOUT: &str = "in-place updates are not supported; the value is not used";
+const FORCE_DRAIN: &str = "the reference forces the drain of in-place updates and preservation with it; \
+     neither is implemented here (a deletion's drain is forced by force-deletion or the drain timeout)";
 const PRESERVE_WITHOUT_EXPIRY: &str = "machine preservation is not implemented yet: only a machine with \
      status.currentStatus.preserveExpiryTime in the future is kept; this one is treated as not preserved";
 
@@ -118,6 +123,17 @@ pub fn of_machine(machine: &Machine, _now: Timestamp) -> Vec<Ignored> {
         out.push(Ignored::new(
             format!("metadata.annotations[{}]", annotations::PRESERVE),
             PRESERVE_WITHOUT_EXPIRY,
+        ));
+    }
+    if machine
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(labels::FORCE_DRAIN))
+    {
+        out.push(Ignored::new(
+            format!("metadata.labels[{}]", labels::FORCE_DRAIN),
+            FORCE_DRAIN,
         ));
     }
     configuration(&machine.spec.configuration, "spec", &mut out);
@@ -219,5 +235,16 @@ mod tests {
             json!({}),
         );
         assert!(!preservation_requested_without_expiry(&node_says_false));
+    }
+
+    #[test]
+    fn a_machine_names_the_force_drain_label_and_its_own_timeouts() {
+        let mut m = machine(json!({}), json!({}));
+        m.metadata.labels = Some([(labels::FORCE_DRAIN.to_owned(), "True".to_owned())].into());
+        m.spec.configuration.machine_preserve_timeout = Some(mcm_api::GoDuration::new("1h"));
+        assert_eq!(
+            fields(&of_machine(&m, Timestamp::from_second(0).unwrap())),
+            ["metadata.labels[force-drain]", "spec.machinePreserveTimeout"]
+        );
     }
 }
