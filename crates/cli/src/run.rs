@@ -269,9 +269,21 @@ impl ControllerFlags {
         let defaults = mcm_core::ControllerSettings::default();
         let reference_unused = "unused by the reference too";
         [
-            ("--profiling", self.profiling, "Go's pprof has no counterpart here"),
-            ("--contention-profiling", self.contention_profiling, "Go's pprof has no counterpart here"),
-            ("--cloud-provider", !self.cloud_provider.is_empty(), reference_unused),
+            (
+                "--profiling",
+                self.profiling,
+                "Go's pprof has no counterpart here",
+            ),
+            (
+                "--contention-profiling",
+                self.contention_profiling,
+                "Go's pprof has no counterpart here",
+            ),
+            (
+                "--cloud-provider",
+                !self.cloud_provider.is_empty(),
+                reference_unused,
+            ),
             (
                 "--controller-start-interval",
                 !self.controller_start_interval.is_zero(),

@@ -280,8 +280,14 @@ fn flags_without_effect_warn_when_set() {
         "--kube-api-content-type=application/json",
     ]);
     for (flag, why) in [
-        ("--machine-preserve-timeout", "machine preservation is not implemented yet"),
-        ("--machine-inplace-update-timeout", "in-place updates are not supported"),
+        (
+            "--machine-preserve-timeout",
+            "machine preservation is not implemented yet",
+        ),
+        (
+            "--machine-inplace-update-timeout",
+            "in-place updates are not supported",
+        ),
         ("--min-resync-period", "caches are event driven"),
         ("--kube-api-content-type", "requests are JSON"),
     ] {

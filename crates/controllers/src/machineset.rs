@@ -407,7 +407,11 @@ async fn warn_no_effect(set: &MachineSet, machines: &[&Machine], ctx: &Context, 
         .await;
     for machine in machines {
         ctx.no_effect
-            .warn(&ctx.recorder, *machine, &mcm_core::ignored::of_machine(machine, now))
+            .warn(
+                &ctx.recorder,
+                *machine,
+                &mcm_core::ignored::of_machine(machine, now),
+            )
             .await;
     }
 }

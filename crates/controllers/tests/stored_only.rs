@@ -77,7 +77,8 @@ async fn an_in_place_update_deployment_is_held_with_a_clear_condition_and_no_set
     let sets: Api<MachineSet> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     let set_history = History::start(sets.clone()).await;
     cluster.start_set_controllers(machinedeployment::Config::new(NAMESPACE));
-    let spec = json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": { "orchestrationType": "Auto" } } });
+    let spec =
+        json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": { "orchestrationType": "Auto" } } });
     deployments
         .create(&PostParams::default(), &deployment("inplace", 2, &spec))
         .await
@@ -95,7 +96,8 @@ async fn an_in_place_update_deployment_is_held_with_a_clear_condition_and_no_set
     let (reason, message, conditions) = held;
     assert_eq!(reason, "InvalidSpec");
     assert!(
-        message.contains("spec.strategy.type") && message.contains("InPlaceUpdate strategy is not supported yet"),
+        message.contains("spec.strategy.type")
+            && message.contains("InPlaceUpdate strategy is not supported yet"),
         "{message}"
     );
     for type_ in [
@@ -128,7 +130,13 @@ async fn an_in_place_update_deployment_is_held_with_a_clear_condition_and_no_set
         set_history
             .versions()
             .iter()
-            .any(|s| s.object.metadata.name.as_deref().is_some_and(|n| n.starts_with("rolling-")))
+            .any(|s| {
+                s.object
+                    .metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("rolling-"))
+            })
             .then_some(())
     })
     .await;
@@ -138,7 +146,10 @@ async fn an_in_place_update_deployment_is_held_with_a_clear_condition_and_no_set
         .filter_map(|s| s.object.metadata.name.clone())
         .filter(|n| n.starts_with("inplace"))
         .collect();
-    assert!(for_in_place.is_empty(), "sets made for the held deployment: {for_in_place:?}");
+    assert!(
+        for_in_place.is_empty(),
+        "sets made for the held deployment: {for_in_place:?}"
+    );
     cluster.stop().await;
 }
 
@@ -245,7 +256,9 @@ async fn a_failed_machine_preserved_without_expiry_is_replaced_with_a_warning() 
         "never seen Failed"
     );
     assert!(
-        versions.iter().any(|s| s.deleted || s.object.metadata.deletion_timestamp.is_some()),
+        versions
+            .iter()
+            .any(|s| s.deleted || s.object.metadata.deletion_timestamp.is_some()),
         "never deleted"
     );
     let events = wait_for("the NoEffect warning on the machine", async || {

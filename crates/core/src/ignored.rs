@@ -90,7 +90,11 @@ pub fn of_machine_deployment(deployment: &MachineDeployment) -> Vec<Ignored> {
 pub fn of_machine_set(set: &MachineSet) -> Vec<Ignored> {
     let mut out = Vec::new();
     auto_preserve(set.spec.auto_preserve_failed_machine_max, &mut out);
-    configuration(&set.spec.template.spec.configuration, "spec.template.spec", &mut out);
+    configuration(
+        &set.spec.template.spec.configuration,
+        "spec.template.spec",
+        &mut out,
+    );
     out
 }
 
@@ -145,7 +149,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn deployment(spec: serde_json::Value) -> MachineDeployment {
+    fn deployment(spec: &serde_json::Value) -> MachineDeployment {
         let mut value = json!({
             "metadata": { "name": "d" },
             "spec": { "replicas": 1, "template": { "spec": { "class": { "kind": "MachineClass", "name": "c" } } } }
@@ -156,7 +160,7 @@ mod tests {
         serde_json::from_value(value).unwrap()
     }
 
-    fn machine(annotations: serde_json::Value, status: serde_json::Value) -> Machine {
+    fn machine(annotations: &serde_json::Value, status: &serde_json::Value) -> Machine {
         serde_json::from_value(json!({
             "metadata": { "name": "m", "annotations": annotations },
             "spec": { "class": { "kind": "MachineClass", "name": "c" } },
@@ -171,10 +175,10 @@ mod tests {
 
     #[test]
     fn a_deployment_names_auto_preservation_and_the_template_timeouts() {
-        assert!(of_machine_deployment(&deployment(json!({}))).is_empty());
+        assert!(of_machine_deployment(&deployment(&json!({}))).is_empty());
         // 0 is the reference's "off": nothing to warn about.
-        assert!(of_machine_deployment(&deployment(json!({ "autoPreserveFailedMachineMax": 0 }))).is_empty());
-        let d = deployment(json!({
+        assert!(of_machine_deployment(&deployment(&json!({ "autoPreserveFailedMachineMax": 0 }))).is_empty());
+        let d = deployment(&json!({
             "autoPreserveFailedMachineMax": 2,
             "template": { "spec": {
                 "class": { "kind": "MachineClass", "name": "c" },
@@ -208,38 +212,41 @@ mod tests {
                       "template": { "spec": { "class": { "kind": "MachineClass", "name": "c" } } } }
         }))
         .unwrap();
-        assert_eq!(fields(&of_machine_set(&set)), ["spec.autoPreserveFailedMachineMax"]);
+        assert_eq!(
+            fields(&of_machine_set(&set)),
+            ["spec.autoPreserveFailedMachineMax"]
+        );
     }
 
     #[test]
     fn a_preserve_annotation_without_expiry_is_named_and_one_with_expiry_is_not() {
         let now = Timestamp::from_second(1000).unwrap();
         for value in ["now", "when-failed", "auto-preserved"] {
-            let m = machine(json!({ annotations::PRESERVE: value }), json!({}));
+            let m = machine(&json!({ annotations::PRESERVE: value }), &json!({}));
             assert!(preservation_requested_without_expiry(&m), "{value}");
             assert_eq!(
                 fields(&of_machine(&m, now)),
                 ["metadata.annotations[node.machine.sapcloud.io/preserve]"]
             );
         }
-        let opted_out = machine(json!({ annotations::PRESERVE: "false" }), json!({}));
+        let opted_out = machine(&json!({ annotations::PRESERVE: "false" }), &json!({}));
         assert!(of_machine(&opted_out, now).is_empty());
         let with_expiry = machine(
-            json!({ annotations::PRESERVE: "now" }),
-            json!({ "currentStatus": { "phase": "Failed", "preserveExpiryTime": "2030-01-01T00:00:00Z" } }),
+            &json!({ annotations::PRESERVE: "now" }),
+            &json!({ "currentStatus": { "phase": "Failed", "preserveExpiryTime": "2030-01-01T00:00:00Z" } }),
         );
         assert!(of_machine(&with_expiry, now).is_empty());
         // The node's last applied value wins over the machine's own.
         let node_says_false = machine(
-            json!({ annotations::PRESERVE: "now", annotations::LAST_APPLIED_NODE_PRESERVE_VALUE: "false" }),
-            json!({}),
+            &json!({ annotations::PRESERVE: "now", annotations::LAST_APPLIED_NODE_PRESERVE_VALUE: "false" }),
+            &json!({}),
         );
         assert!(!preservation_requested_without_expiry(&node_says_false));
     }
 
     #[test]
     fn a_machine_names_the_force_drain_label_and_its_own_timeouts() {
-        let mut m = machine(json!({}), json!({}));
+        let mut m = machine(&json!({}), &json!({}));
         m.metadata.labels = Some([(labels::FORCE_DRAIN.to_owned(), "True".to_owned())].into());
         m.spec.configuration.machine_preserve_timeout = Some(mcm_api::GoDuration::new("1h"));
         assert_eq!(
