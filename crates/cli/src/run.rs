@@ -180,13 +180,13 @@ pub(crate) struct ControllerFlags {
     pub(crate) leader_elect_resource_namespace: Option<String>,
     /// The informer resync period of the reference (12h). Accepted for compatibility; no effect: caches here are
     /// event driven and each controller has its own safety resync (--machine-safety-resync).
-    #[arg(long, default_value = "12h", value_parser = parse_duration)]
+    #[arg(long, default_value = MIN_RESYNC_PERIOD, value_parser = parse_duration)]
     pub(crate) min_resync_period: Duration,
     /// Accepted for compatibility with the reference (parsed but unused there too); no effect.
     #[arg(long, default_value = "")]
     pub(crate) cloud_provider: String,
     /// Accepted for compatibility with the reference (parsed but unused there too); no effect: requests are JSON.
-    #[arg(long, default_value = "application/vnd.kubernetes.protobuf")]
+    #[arg(long, default_value = KUBE_API_CONTENT_TYPE)]
     pub(crate) kube_api_content_type: String,
     /// Accepted for compatibility with the reference (parsed but unused there too); no effect.
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
@@ -257,26 +257,74 @@ pub(crate) struct RunArgs {
     pub(crate) controllers: ControllerFlags,
 }
 
+/// The default of `--min-resync-period` (the reference's).
+const MIN_RESYNC_PERIOD: &str = "12h";
+/// The default of `--kube-api-content-type` (the reference's).
+const KUBE_API_CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
+
 impl ControllerFlags {
-    /// Warns about the flags accepted only for compatibility when they are set to anything but their default, so a
-    /// reference deployment's flags work and nobody believes they do something.
-    pub(crate) fn warn_ignored(&self) {
-        let ignored = [
-            ("--profiling", self.profiling),
-            ("--contention-profiling", self.contention_profiling),
-            ("--cloud-provider", !self.cloud_provider.is_empty()),
+    /// The flags accepted only for compatibility that are set to anything but their default, each with why it has
+    /// no effect (docs/compatibility.md).
+    pub(crate) fn ignored(&self) -> Vec<(&'static str, &'static str)> {
+        let defaults = mcm_core::ControllerSettings::default();
+        let reference_unused = "unused by the reference too";
+        [
+            (
+                "--profiling",
+                self.profiling,
+                "Go's pprof has no counterpart here",
+            ),
+            (
+                "--contention-profiling",
+                self.contention_profiling,
+                "Go's pprof has no counterpart here",
+            ),
+            (
+                "--cloud-provider",
+                !self.cloud_provider.is_empty(),
+                reference_unused,
+            ),
             (
                 "--controller-start-interval",
                 !self.controller_start_interval.is_zero(),
+                reference_unused,
             ),
-        ];
-        for (flag, set) in ignored {
-            if set {
-                tracing::warn!(
-                    flag,
-                    "accepted for compatibility with the reference; it has no effect"
-                );
-            }
+            (
+                "--kube-api-content-type",
+                self.kube_api_content_type != KUBE_API_CONTENT_TYPE,
+                "unused by the reference too; requests are JSON",
+            ),
+            (
+                "--min-resync-period",
+                parse_duration(MIN_RESYNC_PERIOD).is_ok_and(|d| d != self.min_resync_period),
+                "caches are event driven; the periodic pass is --machine-safety-resync",
+            ),
+            (
+                "--machine-inplace-update-timeout",
+                self.machine_inplace_update_timeout != defaults.machine_inplace_update_timeout,
+                "in-place updates are not supported (the InPlaceUpdate strategy is refused)",
+            ),
+            (
+                "--machine-preserve-timeout",
+                self.machine_preserve_timeout != defaults.machine_preserve_timeout,
+                "machine preservation is not implemented yet",
+            ),
+        ]
+        .into_iter()
+        .filter(|(_, set, _)| *set)
+        .map(|(flag, _, why)| (flag, why))
+        .collect()
+    }
+
+    /// Warns about [`Self::ignored`] flags, so a reference deployment's flags work and nobody believes they do
+    /// something.
+    pub(crate) fn warn_ignored(&self) {
+        for (flag, why) in self.ignored() {
+            tracing::warn!(
+                flag,
+                why,
+                "accepted for compatibility with the reference; it has no effect"
+            );
         }
     }
 

@@ -260,6 +260,51 @@ fn every_reference_flag_is_explained_by_help_and_booleans_take_false() {
     }
 }
 
+/// Flags the reference acts on and `mcm run` only accepts warn when set to anything but their default, naming the
+/// flag and why (docs/compatibility.md); at their defaults they say nothing.
+#[test]
+fn flags_without_effect_warn_when_set() {
+    let run = |flags: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
+            .args(["run", "--provider", "sim", "--control-kubeconfig", "/nonexistent"])
+            .args(flags)
+            .output()
+            .expect("mcm runs");
+        assert_eq!(output.status.code(), Some(1), "{flags:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let stderr = run(&[
+        "--machine-preserve-timeout=1h",
+        "--machine-inplace-update-timeout=5m",
+        "--min-resync-period=1h",
+        "--kube-api-content-type=application/json",
+    ]);
+    for (flag, why) in [
+        (
+            "--machine-preserve-timeout",
+            "machine preservation is not implemented yet",
+        ),
+        (
+            "--machine-inplace-update-timeout",
+            "in-place updates are not supported",
+        ),
+        ("--min-resync-period", "caches are event driven"),
+        ("--kube-api-content-type", "requests are JSON"),
+    ] {
+        let line = stderr
+            .lines()
+            .find(|line| line.contains(flag) && line.contains("it has no effect"))
+            .unwrap_or_else(|| panic!("no warning about {flag}:\n{stderr}"));
+        assert!(line.contains(why), "{line}");
+    }
+    let stderr = run(&[
+        "--machine-preserve-timeout=96h",
+        "--machine-inplace-update-timeout=20m",
+        "--min-resync-period=12h",
+    ]);
+    assert!(!stderr.contains("it has no effect"), "{stderr}");
+}
+
 /// A drain refused by a PodDisruptionBudget (429) is retried by the controller on `--machine-evict-retry-interval`,
 /// not inside the client: a `force-deletion=true` label put on the machine meanwhile is seen and the machine goes
 /// (kube's built-in client retry, on by default, would block the eviction for minutes; docs/pitfalls.md).

@@ -35,6 +35,7 @@ pub mod crash;
 pub mod deletion;
 pub mod drain;
 pub mod events;
+mod ignored;
 mod invalid;
 pub mod leader;
 pub mod logging;

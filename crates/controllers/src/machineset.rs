@@ -51,6 +51,8 @@ struct Context {
     recorder: Recorder,
     /// The invalid sets warned about.
     warned: crate::invalid::Warned,
+    /// The sets and machines warned about for settings that have no effect.
+    no_effect: crate::ignored::NoEffect,
 }
 
 impl Context {
@@ -127,6 +129,7 @@ pub async fn run(
         owners,
         expectations: std::sync::Mutex::default(),
         warned: crate::invalid::Warned::default(),
+        no_effect: crate::ignored::NoEffect::default(),
     });
     let shutdown = shutdown.boxed().shared();
     let work = controller
@@ -188,6 +191,7 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
     {
         return hold(&set, &claims.owned, &invalid, ctx, now).await;
     }
+    warn_no_effect(&set, &claims.owned, ctx, now).await;
     let mut owned: Vec<&Machine> = claims.owned.clone();
     for machine in &claims.adopt {
         match ctx
@@ -382,6 +386,23 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
         .min()
         .unwrap_or(ctx.config.resync);
     Ok(Action::requeue(requeue))
+}
+
+/// Warns once about what the set and its machines set that has no effect (`mcm_core::ignored`): among others a
+/// preserve annotation without an expiry, which is why such a Failed machine is replaced rather than kept.
+async fn warn_no_effect(set: &MachineSet, machines: &[&Machine], ctx: &Context, now: jiff::Timestamp) {
+    ctx.no_effect
+        .warn(&ctx.recorder, set, &mcm_core::ignored::of_machine_set(set))
+        .await;
+    for machine in machines {
+        ctx.no_effect
+            .warn(
+                &ctx.recorder,
+                *machine,
+                &mcm_core::ignored::of_machine(machine, now),
+            )
+            .await;
+    }
 }
 
 /// A pass over an invalid set (`mcm_core::validity`): no adoption, release, creation, deletion or propagation; the

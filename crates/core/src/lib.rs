@@ -21,6 +21,8 @@ pub mod drain;
 pub mod finalizers;
 // Health of a node and the phase transitions it drives.
 pub mod health;
+// Settings the reference acts on and this project only stores, named for a one-time warning.
+pub mod ignored;
 // Leader election on a Lease: acquire, renew, release, decided purely.
 pub mod leader;
 // The MachineSet controller's ownership, expectations, replicas, deletion order and status.

@@ -513,6 +513,29 @@ mod tests {
         );
     }
 
+    /// Issue 23: a Failed machine that asks for preservation without an expiry is not preserved here (preservation
+    /// is not implemented): the guard counts it as going, like the set controller that deletes and replaces it, and
+    /// with an expiry it is preserved and counts on neither side.
+    #[test]
+    fn a_preserve_annotation_without_expiry_does_not_make_a_machine_preserved() {
+        let mut failed = machine("a", Some(MachinePhase::Failed));
+        failed.metadata.annotations = Some(BTreeMap::from([(
+            mcm_api::keys::annotations::PRESERVE.to_owned(),
+            "when-failed".to_owned(),
+        )]));
+        let running = machine("b", Some(MachinePhase::Running));
+        let counts = count(&[&failed, &running], None, at(1000));
+        assert_eq!((counts.going, counts.in_progress), (1, 1));
+        failed
+            .status
+            .as_mut()
+            .unwrap()
+            .current_status
+            .preserve_expiry_time = Some(Time(at(5000)));
+        let counts = count(&[&failed, &running], None, at(1000));
+        assert_eq!((counts.going, counts.in_progress), (0, 0));
+    }
+
     #[test]
     fn preserved_machines_are_not_in_progress_and_non_candidates_are_refused() {
         let mut failed = machine("a", Some(MachinePhase::Failed));

@@ -87,6 +87,8 @@ struct Context {
     recorder: Recorder,
     /// The invalid deployments warned about.
     warned: crate::invalid::Warned,
+    /// The deployments warned about for settings that have no effect.
+    no_effect: crate::ignored::NoEffect,
 }
 
 impl Context {
@@ -196,6 +198,7 @@ pub async fn run(
         throttle: crate::throttle::PassThrottle::default(),
         nodes,
         warned: crate::invalid::Warned::default(),
+        no_effect: crate::ignored::NoEffect::default(),
     });
     let shutdown = shutdown.boxed().shared();
     let work = controller
@@ -519,6 +522,13 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
         return held::hold(&deployment, &owned, &machines_by_set, &invalid, ctx, now).await;
     }
     ctx.warned.forget(&*deployment);
+    ctx.no_effect
+        .warn(
+            &ctx.recorder,
+            &*deployment,
+            &mcm_core::ignored::of_machine_deployment(&deployment),
+        )
+        .await;
 
     // The cluster-autoscaler's handshake comes first: the machines it chose must carry their marks before any set
     // is scaled down.

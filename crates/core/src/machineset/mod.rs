@@ -59,8 +59,5 @@ pub const EXPECTATIONS_TIMEOUT: Duration = Duration::from_mins(5);
 /// The value of the `freeze` label that stops a set from scaling up (set by the safety controller).
 pub const FREEZE_VALUE: &str = "True";
 
-/// Values of `node.machine.sapcloud.io/preserve` that keep a Failed machine while its preservation is being set up.
-const PRESERVE_VALUES: [&str; 3] = ["now", "when-failed", "auto-preserved"];
-
 /// The value of `node.machine.sapcloud.io/preserve` set by auto-preservation.
 const AUTO_PRESERVED: &str = "auto-preserved";

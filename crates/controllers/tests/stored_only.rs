@@ -1,0 +1,276 @@
+//! What the reference accepts and this project only stores is never silently ignored (issue 23, part 5):
+//! - a MachineDeployment with the InPlaceUpdate strategy stored by a server without our admission (a cluster with only
+//!   the CRDs) is held: no MachineSet is ever created, its conditions name `spec.strategy.type` and the reason, and
+//!   a Warning Event says so;
+//! - a field that is stored but has no effect yet (`autoPreserveFailedMachineMax`) gets one Warning Event naming it;
+//! - a Failed machine whose preserve annotation has no `preserveExpiryTime` is replaced (preservation is not
+//!   implemented yet), with one Warning Event on the machine saying so; before, it was kept for ever.
+
+mod support;
+
+use k8s_openapi::api::core::v1::Event;
+use kube::{
+    Api, Client,
+    api::{ListParams, PostParams},
+};
+use kube::{
+    ResourceExt,
+    api::{Patch, PatchParams},
+};
+use mcm_api::{
+    ConditionStatus, Machine, MachineDeployment, MachineDeploymentConditionType, MachinePhase, MachineSet,
+    keys::annotations,
+};
+use mcm_controllers::machinedeployment;
+use serde_json::{Value, json};
+use support::{CLASS, Cluster, History, NAMESPACE, wait_for};
+
+/// A deployment of `replicas` machines of [`CLASS`] named `name`, with `spec` merged over the usual fields.
+fn deployment(name: &str, replicas: i32, spec: &Value) -> MachineDeployment {
+    let mut value = json!({
+        "metadata": { "name": name },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "pool": name } },
+            "template": {
+                "metadata": { "labels": { "pool": name } },
+                "spec": { "class": { "kind": "MachineClass", "name": CLASS } }
+            }
+        }
+    });
+    for (key, field) in spec.as_object().expect("an object") {
+        value["spec"][key] = field.clone();
+    }
+    serde_json::from_value(value).expect("a deployment")
+}
+
+/// The Warning Events about the MachineDeployment `name` with `reason`, as their messages.
+async fn warnings(client: &Client, name: &str, reason: &str) -> Vec<String> {
+    warnings_about(client, "MachineDeployment", name, reason).await
+}
+
+/// The Warning Events about the object `name` of `kind` with `reason`, as their messages.
+async fn warnings_about(client: &Client, kind: &str, name: &str, reason: &str) -> Vec<String> {
+    Api::<Event>::namespaced(client.clone(), NAMESPACE)
+        .list(&ListParams::default())
+        .await
+        .expect("events are listed")
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.involved_object.kind.as_deref() == Some(kind)
+                && e.involved_object.name.as_deref() == Some(name)
+                && e.type_.as_deref() == Some("Warning")
+                && e.reason.as_deref() == Some(reason)
+        })
+        .map(|e| e.message.unwrap_or_default())
+        .collect()
+}
+
+/// On a cluster without our admission an InPlaceUpdate deployment is stored; the controller holds it before creating
+/// any MachineSet (the reference would create a new set and update machines in place; we do not, and say so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_place_update_deployment_is_held_with_a_clear_condition_and_no_set() {
+    let mut cluster = Cluster::start_with_admission(support::settings(), false).await;
+    cluster.create_class().await;
+    let deployments: Api<MachineDeployment> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let sets: Api<MachineSet> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let set_history = History::start(sets.clone()).await;
+    cluster.start_set_controllers(machinedeployment::Config::new(NAMESPACE));
+    let spec =
+        json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": { "orchestrationType": "Auto" } } });
+    deployments
+        .create(&PostParams::default(), &deployment("inplace", 2, &spec))
+        .await
+        .expect("stored without admission");
+
+    let held = wait_for("the deployment to be held as invalid", async || {
+        let deployment = deployments.get("inplace").await.ok()?;
+        let conditions = deployment.status?.conditions;
+        let failure = conditions.iter().find(|c| {
+            c.r#type == MachineDeploymentConditionType::ReplicaFailure && c.status == ConditionStatus::True
+        })?;
+        Some((failure.reason.clone(), failure.message.clone(), conditions))
+    })
+    .await;
+    let (reason, message, conditions) = held;
+    assert_eq!(reason, "InvalidSpec");
+    assert!(
+        message.contains("spec.strategy.type")
+            && message.contains("InPlaceUpdate strategy is not supported yet"),
+        "{message}"
+    );
+    for type_ in [
+        MachineDeploymentConditionType::Available,
+        MachineDeploymentConditionType::Progressing,
+    ] {
+        let condition = conditions
+            .iter()
+            .find(|c| c.r#type == type_)
+            .unwrap_or_else(|| panic!("a {type_:?} condition: {conditions:?}"));
+        assert_eq!(
+            (condition.status, condition.reason.as_str()),
+            (ConditionStatus::False, "InvalidSpec")
+        );
+    }
+    let events = wait_for("the InvalidSpec Warning Event", async || {
+        let events = warnings(&cluster.client, "inplace", "InvalidSpec").await;
+        (!events.is_empty()).then_some(events)
+    })
+    .await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(events[0].contains("spec.strategy.type"), "{events:?}");
+
+    // A valid deployment created afterwards gets its set: the controller has gone past the held one by then.
+    deployments
+        .create(&PostParams::default(), &deployment("rolling", 1, &json!({})))
+        .await
+        .unwrap();
+    wait_for("the valid deployment's set", async || {
+        set_history
+            .versions()
+            .iter()
+            .any(|s| {
+                s.object
+                    .metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("rolling-"))
+            })
+            .then_some(())
+    })
+    .await;
+    let for_in_place: Vec<String> = set_history
+        .versions()
+        .iter()
+        .filter_map(|s| s.object.metadata.name.clone())
+        .filter(|n| n.starts_with("inplace"))
+        .collect();
+    assert!(
+        for_in_place.is_empty(),
+        "sets made for the held deployment: {for_in_place:?}"
+    );
+    cluster.stop().await;
+}
+
+/// `autoPreserveFailedMachineMax` is stored but auto-preservation is not implemented: the deployment gets one Warning
+/// Event `NoEffect` naming the field, and its machines are created as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_preserve_failed_machine_max_gets_one_no_effect_warning() {
+    let mut cluster = Cluster::start_with_admission(support::settings(), true).await;
+    cluster.create_class().await;
+    cluster.start_set_controllers(machinedeployment::Config::new(NAMESPACE));
+    let deployments: Api<MachineDeployment> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    deployments
+        .create(
+            &PostParams::default(),
+            &deployment("keep", 2, &json!({ "autoPreserveFailedMachineMax": 2 })),
+        )
+        .await
+        .unwrap();
+    // The deployment's status counts both machines: it has been through several passes by then.
+    wait_for("the deployment's 2 machines counted", async || {
+        let status = deployments.get("keep").await.ok()?.status?;
+        (status.replicas == 2).then_some(())
+    })
+    .await;
+    let events = warnings(&cluster.client, "keep", "NoEffect").await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        events[0].contains("spec.autoPreserveFailedMachineMax")
+            && events[0].contains("auto-preservation of Failed machines is not implemented yet"),
+        "{events:?}"
+    );
+    // A deployment without it gets none.
+    deployments
+        .create(&PostParams::default(), &deployment("plain", 1, &json!({})))
+        .await
+        .unwrap();
+    wait_for("the plain deployment's machine counted", async || {
+        let status = deployments.get("plain").await.ok()?.status?;
+        (status.replicas == 1).then_some(())
+    })
+    .await;
+    assert!(warnings(&cluster.client, "plain", "NoEffect").await.is_empty());
+    cluster.stop().await;
+}
+
+/// Issue 23: a Failed machine annotated `node.machine.sapcloud.io/preserve: when-failed` with no
+/// `preserveExpiryTime` used to be kept for ever (and counted as a replacement in progress). Preservation is not
+/// implemented yet: it is deleted and replaced, and the machine gets one Warning Event `NoEffect` saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_machine_preserved_without_expiry_is_replaced_with_a_warning() {
+    // No machine controller: the test plays it, writing the phase itself.
+    let mut cluster = Cluster::start_with_admission(support::settings(), true).await;
+    cluster.create_class().await;
+    cluster.start_set_controllers(machinedeployment::Config::new(NAMESPACE));
+    let deployments: Api<MachineDeployment> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let machines: Api<Machine> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    deployments
+        .create(&PostParams::default(), &deployment("pool", 2, &json!({})))
+        .await
+        .unwrap();
+    let live = async || -> Vec<Machine> {
+        machines
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_none())
+            .collect()
+    };
+    let first = wait_for("2 machines", async || {
+        let machines = live().await;
+        (machines.len() == 2).then(|| machines[0].name_any())
+    })
+    .await;
+    let history = History::start(machines.clone()).await;
+    machines
+        .patch(
+            &first,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "annotations": { annotations::PRESERVE: "when-failed" } } })),
+        )
+        .await
+        .unwrap();
+    machines
+        .patch_status(
+            &first,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "currentStatus": { "phase": "Failed" } } })),
+        )
+        .await
+        .unwrap();
+    wait_for("the Failed machine deleted and replaced", async || {
+        let machines = live().await;
+        (machines.len() == 2 && machines.iter().all(|m| m.name_any() != first)).then_some(())
+    })
+    .await;
+    // It was seen Failed and then deleted: the set acted on the Failed machine, not on some other change.
+    let versions = history.of(&first);
+    assert!(
+        versions
+            .iter()
+            .any(|s| s.object.phase() == Some(MachinePhase::Failed)),
+        "never seen Failed"
+    );
+    assert!(
+        versions
+            .iter()
+            .any(|s| s.deleted || s.object.metadata.deletion_timestamp.is_some()),
+        "never deleted"
+    );
+    let events = wait_for("the NoEffect warning on the machine", async || {
+        let events = warnings_about(&cluster.client, "Machine", &first, "NoEffect").await;
+        (!events.is_empty()).then_some(events)
+    })
+    .await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        events[0].contains("metadata.annotations[node.machine.sapcloud.io/preserve]")
+            && events[0].contains("preservation is not implemented yet"),
+        "{events:?}"
+    );
+    cluster.stop().await;
+}
