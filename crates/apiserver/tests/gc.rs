@@ -13,18 +13,19 @@ use k8s_openapi::{
         coordination::v1::{Lease, LeaseSpec},
         core::v1::{Node, Secret},
     },
-    apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference},
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
 };
 use kube::{
     Api, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams},
 };
 use mcm_api::{
-    Machine, MachineDeployment, MachineDeploymentSpec, MachineSet, MachineSetSpec, MachineTemplateSpec,
+    Machine, MachineDeployment, MachineSet,
+    builders::{MachineBuilder, MachineDeploymentBuilder, MachineSetBuilder, NodeBuilder},
 };
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use support::{TestServer, eventually, labels, machine, meta, send_raw, within};
+use support::{TestServer, eventually, machine, meta, send_raw, within};
 
 async fn start() -> TestServer {
     TestServer::start_with(|c| c.gc_interval = Duration::from_millis(100)).await
@@ -49,59 +50,25 @@ fn with_owners(mut metadata: ObjectMeta, owners: Vec<OwnerReference>) -> ObjectM
     metadata
 }
 
-fn with_finalizer(mut metadata: ObjectMeta, finalizer: &str) -> ObjectMeta {
-    metadata.finalizers = Some(vec![finalizer.to_owned()]);
-    metadata
-}
-
-fn template(pairs: &[(&str, &str)]) -> (Option<LabelSelector>, MachineTemplateSpec) {
-    let selector = LabelSelector {
-        match_labels: Some(labels(pairs)),
-        ..LabelSelector::default()
-    };
-    let template = MachineTemplateSpec {
-        metadata: Some(ObjectMeta {
-            labels: Some(labels(pairs)),
-            ..ObjectMeta::default()
-        }),
-        spec: machine("x", &[]).spec,
-    };
-    (Some(selector), template)
-}
-
 fn machine_deployment(name: &str) -> MachineDeployment {
-    let (selector, template) = template(&[("deployment", name)]);
-    MachineDeployment {
-        metadata: meta(name, &[]),
-        spec: MachineDeploymentSpec {
-            replicas: 1,
-            selector,
-            template,
-            ..MachineDeploymentSpec::default()
-        },
-        status: None,
-    }
+    MachineDeploymentBuilder::new(name)
+        .replicas(1)
+        .matching([("deployment", name)])
+        .class("small")
+        .build()
 }
 
-fn machine_set(name: &str, metadata: ObjectMeta) -> MachineSet {
-    let (selector, template) = template(&[("set", name)]);
-    MachineSet {
-        metadata,
-        spec: MachineSetSpec {
-            replicas: 2,
-            selector,
-            template,
-            ..MachineSetSpec::default()
-        },
-        status: None,
-    }
+/// A set of 2 machines labelled `set` = `name`, of class `small`.
+fn set_of_two(name: &str) -> MachineSetBuilder {
+    MachineSetBuilder::new(name)
+        .replicas(2)
+        .matching([("set", name)])
+        .class("small")
 }
 
-fn machine_with(metadata: ObjectMeta) -> Machine {
-    Machine {
-        metadata,
-        ..machine("", &[])
-    }
+/// A machine of class `small`.
+fn small_machine(name: &str) -> MachineBuilder {
+    MachineBuilder::new(name).class("small")
 }
 
 async fn create<K>(api: &Api<K>, object: &K) -> K
@@ -197,20 +164,9 @@ async fn deleting_a_machine_deployment_deletes_its_machine_sets_and_their_machin
     let (deployments, sets, machines): (Api<MachineDeployment>, Api<MachineSet>, Api<Machine>) =
         (t.api(), t.api(), t.api());
     let deployment = create(&deployments, &machine_deployment("web")).await;
-    let set = create(
-        &sets,
-        &machine_set(
-            "web-1",
-            with_owners(meta("web-1", &[]), vec![controlled_by(&deployment)]),
-        ),
-    )
-    .await;
+    let set = create(&sets, &set_of_two("web-1").owned_by(&deployment).build()).await;
     for name in ["web-1-a", "web-1-b"] {
-        create(
-            &machines,
-            &machine_with(with_owners(meta(name, &[]), vec![controlled_by(&set)])),
-        )
-        .await;
+        create(&machines, &small_machine(name).owned_by(&set).build()).await;
     }
     let unrelated = create(&machines, &machine("unrelated", &[])).await;
 
@@ -238,12 +194,12 @@ async fn deleting_a_machine_deployment_deletes_its_machine_sets_and_their_machin
 async fn a_dependent_with_a_finalizer_is_marked_and_stays_until_the_finalizer_is_removed() {
     let t = start().await;
     let (sets, machines): (Api<MachineSet>, Api<Machine>) = (t.api(), t.api());
-    let set = create(&sets, &machine_set("s1", meta("s1", &[]))).await;
-    let held = with_finalizer(
-        with_owners(meta("held", &[]), vec![controlled_by(&set)]),
-        "example.com/hold",
-    );
-    create(&machines, &machine_with(held)).await;
+    let set = create(&sets, &set_of_two("s1").build()).await;
+    let held = small_machine("held")
+        .owned_by(&set)
+        .finalizer("example.com/hold")
+        .build();
+    create(&machines, &held).await;
 
     sets.delete("s1", &DeleteParams::default()).await.unwrap();
     let marked = until(&machines, "held", "marked for deletion", |m| {
@@ -276,16 +232,8 @@ async fn a_dependent_with_a_finalizer_is_marked_and_stays_until_the_finalizer_is
 async fn an_owner_held_by_its_own_finalizer_keeps_its_dependents_until_it_is_gone() {
     let t = start().await;
     let (sets, machines): (Api<MachineSet>, Api<Machine>) = (t.api(), t.api());
-    let set = create(
-        &sets,
-        &machine_set("s1", with_finalizer(meta("s1", &[]), "example.com/hold")),
-    )
-    .await;
-    create(
-        &machines,
-        &machine_with(with_owners(meta("m1", &[]), vec![controlled_by(&set)])),
-    )
-    .await;
+    let set = create(&sets, &set_of_two("s1").finalizer("example.com/hold").build()).await;
+    create(&machines, &small_machine("m1").owned_by(&set).build()).await;
 
     let marked = sets
         .delete("s1", &DeleteParams::default())
@@ -324,13 +272,13 @@ async fn an_owner_held_by_its_own_finalizer_keeps_its_dependents_until_it_is_gon
 async fn a_dependent_with_two_owners_survives_the_deletion_of_one_and_loses_that_reference() {
     let t = start().await;
     let (sets, machines): (Api<MachineSet>, Api<Machine>) = (t.api(), t.api());
-    let first = create(&sets, &machine_set("first", meta("first", &[]))).await;
-    let second = create(&sets, &machine_set("second", meta("second", &[]))).await;
-    let shared = with_owners(
-        meta("shared", &[]),
-        vec![controlled_by(&first), owned_by(&second)],
-    );
-    create(&machines, &machine_with(shared)).await;
+    let first = create(&sets, &set_of_two("first").build()).await;
+    let second = create(&sets, &set_of_two("second").build()).await;
+    let shared = small_machine("shared")
+        .owned_by(&first)
+        .owner(owned_by(&second))
+        .build();
+    create(&machines, &shared).await;
 
     sets.delete("first", &DeleteParams::default()).await.unwrap();
     let unlinked = until(&machines, "shared", "one reference left", |m| {
@@ -355,20 +303,9 @@ async fn foreground_deletion_keeps_the_owner_until_its_dependents_are_gone_level
     let (deployments, sets, machines): (Api<MachineDeployment>, Api<MachineSet>, Api<Machine>) =
         (t.api(), t.api(), t.api());
     let deployment = create(&deployments, &machine_deployment("web")).await;
-    let set = create(
-        &sets,
-        &machine_set(
-            "web-1",
-            with_owners(meta("web-1", &[]), vec![controlled_by(&deployment)]),
-        ),
-    )
-    .await;
+    let set = create(&sets, &set_of_two("web-1").owned_by(&deployment).build()).await;
     for name in ["web-1-a", "web-1-b"] {
-        create(
-            &machines,
-            &machine_with(with_owners(meta(name, &[]), vec![controlled_by(&set)])),
-        )
-        .await;
+        create(&machines, &small_machine(name).owned_by(&set).build()).await;
     }
     let from = set.resource_version().unwrap();
     let (deployments_watch, sets_watch, machines_watch) = (
@@ -405,17 +342,17 @@ async fn foreground_deletion_keeps_the_owner_until_its_dependents_are_gone_level
 async fn a_blocking_dependent_with_a_finalizer_holds_a_foreground_owner_until_the_finalizer_is_removed() {
     let t = start().await;
     let (sets, machines): (Api<MachineSet>, Api<Machine>) = (t.api(), t.api());
-    let set = create(&sets, &machine_set("s1", meta("s1", &[]))).await;
-    let blocking = with_finalizer(
-        with_owners(meta("blocking", &[]), vec![controlled_by(&set)]),
-        "example.com/hold",
-    );
-    let loose = with_finalizer(
-        with_owners(meta("loose", &[]), vec![owned_by(&set)]),
-        "example.com/hold",
-    );
-    create(&machines, &machine_with(blocking)).await;
-    create(&machines, &machine_with(loose)).await;
+    let set = create(&sets, &set_of_two("s1").build()).await;
+    let blocking = small_machine("blocking")
+        .owned_by(&set)
+        .finalizer("example.com/hold")
+        .build();
+    let loose = small_machine("loose")
+        .owner(owned_by(&set))
+        .finalizer("example.com/hold")
+        .build();
+    create(&machines, &blocking).await;
+    create(&machines, &loose).await;
 
     let response = sets
         .delete("s1", &DeleteParams::foreground())
@@ -462,15 +399,14 @@ async fn a_blocking_dependent_with_a_finalizer_holds_a_foreground_owner_until_th
 async fn orphan_deletion_removes_the_owner_and_leaves_its_dependents_without_the_reference() {
     let t = start().await;
     let (sets, machines): (Api<MachineSet>, Api<Machine>) = (t.api(), t.api());
-    let set = create(&sets, &machine_set("s1", meta("s1", &[]))).await;
-    let other = create(&sets, &machine_set("other", meta("other", &[]))).await;
-    create(
-        &machines,
-        &machine_with(with_owners(meta("only", &[]), vec![controlled_by(&set)])),
-    )
-    .await;
-    let two = with_owners(meta("two", &[]), vec![controlled_by(&set), owned_by(&other)]);
-    create(&machines, &machine_with(two)).await;
+    let set = create(&sets, &set_of_two("s1").build()).await;
+    let other = create(&sets, &set_of_two("other").build()).await;
+    create(&machines, &small_machine("only").owned_by(&set).build()).await;
+    let two = small_machine("two")
+        .owned_by(&set)
+        .owner(owned_by(&other))
+        .build();
+    create(&machines, &two).await;
 
     let response = sets
         .delete("s1", &DeleteParams::orphan())
@@ -500,12 +436,8 @@ async fn orphan_deletion_removes_the_owner_and_leaves_its_dependents_without_the
 async fn kubectl_style_delete_with_a_background_body_collects_the_dependents() {
     let t = start().await;
     let (sets, machines): (Api<MachineSet>, Api<Machine>) = (t.api(), t.api());
-    let set = create(&sets, &machine_set("s1", meta("s1", &[]))).await;
-    create(
-        &machines,
-        &machine_with(with_owners(meta("m1", &[]), vec![controlled_by(&set)])),
-    )
-    .await;
+    let set = create(&sets, &set_of_two("s1").build()).await;
+    create(&machines, &small_machine("m1").owned_by(&set).build()).await;
 
     let request =
         http::Request::delete("/apis/machine.sapcloud.io/v1alpha1/namespaces/default/machinesets/s1")
@@ -529,14 +461,7 @@ async fn deleting_a_node_deletes_its_lease_in_kube_node_lease() {
     let t = start().await;
     let nodes: Api<Node> = t.api_all();
     let leases: Api<Lease> = Api::namespaced(t.client.clone(), "kube-node-lease");
-    let node = create(
-        &nodes,
-        &Node {
-            metadata: meta("n1", &[]),
-            ..Node::default()
-        },
-    )
-    .await;
+    let node = create(&nodes, &NodeBuilder::new("n1").build()).await;
     let lease = Lease {
         metadata: with_owners(meta("n1", &[]), vec![owned_by(&node)]),
         spec: Some(LeaseSpec {

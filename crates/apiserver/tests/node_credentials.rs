@@ -23,7 +23,7 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
     runtime::wait::await_condition,
 };
-use mcm_api::Machine;
+use mcm_api::{Machine, builders::NodeBuilder};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use support::{TestServer, expect_status, machine, meta, within};
@@ -153,11 +153,11 @@ async fn issued_certificate(
     (csr, pem)
 }
 
+/// A node labelled with its hostname, as a kubelet registers it.
 fn node(name: &str) -> Node {
-    Node {
-        metadata: meta(name, &[("kubernetes.io/hostname", name)]),
-        ..Node::default()
-    }
+    NodeBuilder::new(name)
+        .label("kubernetes.io/hostname", name)
+        .build()
 }
 
 fn lease(name: &str) -> Lease {

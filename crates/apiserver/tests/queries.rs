@@ -4,12 +4,12 @@ mod support;
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Namespace, Pod};
 use kube::{
     Api, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
 };
-use mcm_api::Machine;
+use mcm_api::{Machine, builders::PodBuilder};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use support::{TestServer, create_all, expect_status, machine, meta, names};
@@ -60,20 +60,20 @@ async fn label_selectors_select_exactly_the_matching_objects() {
     );
 }
 
+/// A pod of one container, scheduled on `node` if given.
 fn pod(name: &str, node: Option<&str>) -> Pod {
-    Pod {
-        metadata: meta(name, &[]),
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some("busybox".into()),
-                ..Container::default()
-            }],
-            node_name: node.map(str::to_owned),
-            ..PodSpec::default()
-        }),
-        status: None,
+    let pod = PodBuilder::new(name).with(|pod| {
+        pod.spec.get_or_insert_default().containers = vec![Container {
+            name: "main".into(),
+            image: Some("busybox".into()),
+            ..Container::default()
+        }];
+    });
+    match node {
+        Some(node) => pod.node(node),
+        None => pod,
     }
+    .build()
 }
 
 // Field selectors: "All resource types support the metadata.name and metadata.namespace fields. Using

@@ -4,102 +4,48 @@
 
 mod support;
 
-use std::{future::Future, sync::Arc, time::Duration};
+use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::{
-    Api, Client, ResourceExt,
-    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams},
+    Api, ResourceExt,
+    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams},
 };
-use mcm_api::{Machine, MachineClass, MachinePhase, MachineSet, keys};
-use mcm_apiserver::{ApiServer, Config as ServerConfig};
-use mcm_controllers::{machine, references};
+use mcm_api::{
+    Machine, MachineClass, MachinePhase, MachineSet,
+    builders::{MachineBuilder, MachineSetBuilder},
+    keys,
+};
+use mcm_controllers::references;
 use mcm_driver::DriverMethod;
-use mcm_provider_sim::{Kubelet, KubeletConfig, KubeletHandle, SimConfig, SimDriver};
 use serde_json::json;
-use tokio::sync::watch;
+use support::{Cluster, NAMESPACE, Setup, sized_class};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
-struct Harness {
-    server: Option<ApiServer>,
-    _dir: tempfile::TempDir,
-    client: Client,
-    driver: SimDriver,
-    kubelet: Option<KubeletHandle>,
-    stop: watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+/// Server (with Kubernetes' node monitor periods), sim provider and kubelet, the machine controller and the class and
+/// secret finalizer loop; no class (each test makes its own).
+async fn start() -> Cluster {
+    let mut setup = Setup::new(mcm_core::ControllerSettings::default());
+    let kubernetes = mcm_apiserver::Config::new(".");
+    setup.server.node_monitor_grace_period = kubernetes.node_monitor_grace_period;
+    setup.server.node_monitor_period = kubernetes.node_monitor_period;
+    let mut cluster = Cluster::start_with(setup).await;
+    cluster.start_controller();
+    let client = cluster.client.clone();
+    cluster.spawn_loop(|shutdown| {
+        references::run(client, NAMESPACE.into(), Duration::from_mins(10), None, shutdown)
+    });
+    cluster
 }
 
-async fn stopped(mut rx: watch::Receiver<bool>) {
-    let _ = rx.wait_for(|stop| *stop).await;
-}
-
-impl Harness {
-    async fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = ServerConfig::new(dir.path());
-        config.in_memory = true;
-        let server = ApiServer::start(config).await.unwrap();
-        let client = support::client_for(&server).await;
-        let driver = SimDriver::new(SimConfig::default());
-        let kubelet = Kubelet::start(
-            &driver,
-            client.clone(),
-            KubeletConfig {
-                heartbeat_interval: Duration::from_millis(500),
-                ..KubeletConfig::default()
-            },
-        );
-        let (stop, rx) = watch::channel(false);
-        let controller = tokio::spawn(machine::run(
-            client.clone(),
-            Some(client.clone()),
-            Arc::new(driver.clone()),
-            machine::Config {
-                namespace: "default".into(),
-                settings: mcm_core::ControllerSettings::default(),
-                concurrency: 4,
-            },
-            machine::Extras::default(),
-            stopped(rx.clone()),
-        ));
-        let finalizers = tokio::spawn(references::run(
-            client.clone(),
-            "default".into(),
-            Duration::from_mins(10),
-            None,
-            stopped(rx),
-        ));
-        Self {
-            server: Some(server),
-            _dir: dir,
-            client,
-            driver,
-            kubelet: Some(kubelet),
-            stop,
-            tasks: vec![controller, finalizers],
-        }
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.send(true);
-        for task in self.tasks.drain(..) {
-            let _ = tokio::time::timeout(DEADLINE, task).await;
-        }
-        if let Some(kubelet) = self.kubelet.take() {
-            kubelet.stop().await;
-        }
-        if let Some(server) = self.server.take() {
-            server.shutdown().await;
-        }
-    }
-
+/// This file's helpers on the shared harness.
+impl Cluster {
     fn api<K>(&self) -> Api<K>
     where
         K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
     {
-        Api::namespaced(self.client.clone(), "default")
+        Api::namespaced(self.client.clone(), NAMESPACE)
     }
 
     fn old_classes(&self, kind: &str) -> Api<DynamicObject> {
@@ -107,19 +53,7 @@ impl Harness {
             &GroupVersionKind::gvk("machine.sapcloud.io", "v1alpha1", kind),
             &format!("{}es", kind.to_lowercase()),
         );
-        Api::namespaced_with(self.client.clone(), "default", &resource)
-    }
-
-    async fn create_secret(&self) {
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": { "name": "boot" },
-            "stringData": { "userData": "#!/bin/sh\necho <<MACHINE_NAME>>\n" }
-        }))
-        .unwrap();
-        self.api::<Secret>()
-            .create(&PostParams::default(), &secret)
-            .await
-            .unwrap();
+        Api::namespaced_with(self.client.clone(), NAMESPACE, &resource)
     }
 
     async fn create_old_class(&self, kind: &str, name: &str) {
@@ -139,48 +73,26 @@ impl Harness {
             .unwrap();
     }
 
-    async fn create_machine(&self, name: &str, kind: &str, class: &str) {
-        let machine: Machine = serde_json::from_value(json!({
-            "metadata": { "name": name },
-            "spec": { "class": { "kind": kind, "name": class } }
-        }))
-        .unwrap();
+    /// A machine of the class `class` of kind `kind`.
+    async fn create_machine_of(&self, name: &str, kind: &str, class: &str) {
+        let machine = MachineBuilder::new(name)
+            .class(class)
+            .with(|m| kind.clone_into(&mut m.spec.class.kind))
+            .build();
         self.api::<Machine>()
             .create(&PostParams::default(), &machine)
             .await
             .unwrap();
     }
 
-    async fn machine(&self, name: &str) -> Option<Machine> {
+    async fn find_machine(&self, name: &str) -> Option<Machine> {
         self.api::<Machine>().get_opt(name).await.unwrap()
     }
 }
 
-/// Polls `probe` every 50ms until it returns `Some`, failing after the deadline.
-async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let end = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(tokio::time::Instant::now() < end, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-async fn events_for(client: &Client, name: &str) -> Vec<Event> {
-    Api::<Event>::namespaced(client.clone(), "default")
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.involved_object.name.as_deref() == Some(name))
-        .collect()
+/// Waits until `probe` gives a value, within this file's deadline.
+async fn eventually<T>(what: &str, probe: impl AsyncFnMut() -> Option<T>) -> T {
+    support::wait_within(DEADLINE, what, probe).await
 }
 
 /// Spec 000: "The task of creating the new CR of the new kind (MachineClass) with the same name as the previous one
@@ -188,26 +100,20 @@ async fn events_for(client: &Client, name: &str) -> Vec<Event> {
 /// by the calling library implicitly."
 #[tokio::test]
 async fn a_machine_naming_an_old_class_kind_gets_a_migrated_class_and_runs() {
-    let h = Harness::start().await;
-    h.create_secret().await;
+    let h = start().await;
+    h.create_boot_secret().await;
     h.create_old_class("SimMachineClass", "old").await;
-    let set: MachineSet = serde_json::from_value(json!({
-        "metadata": { "name": "set" },
-        "spec": {
-            "replicas": 0,
-            "selector": { "matchLabels": { "app": "a" } },
-            "template": {
-                "metadata": { "labels": { "app": "a" } },
-                "spec": { "class": { "kind": "SimMachineClass", "name": "old" } }
-            }
-        }
-    }))
-    .unwrap();
+    let set = MachineSetBuilder::new("set")
+        .replicas(0)
+        .matching([("app", "a")])
+        .class("old")
+        .with(|s| "SimMachineClass".clone_into(&mut s.spec.template.spec.class.kind))
+        .build();
     h.api::<MachineSet>()
         .create(&PostParams::default(), &set)
         .await
         .unwrap();
-    h.create_machine("m1", "SimMachineClass", "old").await;
+    h.create_machine_of("m1", "SimMachineClass", "old").await;
 
     let class = eventually("the migrated MachineClass", || async {
         h.api::<MachineClass>().get_opt("old").await.unwrap()
@@ -220,7 +126,7 @@ async fn a_machine_naming_an_old_class_kind_gets_a_migrated_class_and_runs() {
         Some("boot")
     );
     let running = eventually("m1 Running on the migrated class", || async {
-        h.machine("m1")
+        h.find_machine("m1")
             .await
             .filter(|m| m.phase() == Some(MachinePhase::Running))
     })
@@ -245,7 +151,7 @@ async fn a_machine_naming_an_old_class_kind_gets_a_migrated_class_and_runs() {
     let set = h.api::<MachineSet>().get("set").await.unwrap();
     assert_eq!(set.spec.template.spec.class.kind, "MachineClass");
     assert!(
-        events_for(&h.client, "m1")
+        h.events_of("m1")
             .await
             .iter()
             .any(|e| e.reason.as_deref() == Some("MigratedClass")),
@@ -259,13 +165,13 @@ async fn a_machine_naming_an_old_class_kind_gets_a_migrated_class_and_runs() {
 /// the table marks Unimplemented "Auto Retry Required: N". The machine carries a clear error, nothing is created.
 #[tokio::test]
 async fn an_old_class_the_provider_cannot_convert_leaves_a_clear_error_and_creates_nothing() {
-    let h = Harness::start().await;
-    h.create_secret().await;
+    let h = start().await;
+    h.create_boot_secret().await;
     h.create_old_class("AWSMachineClass", "aws").await;
-    h.create_machine("m1", "AWSMachineClass", "aws").await;
+    h.create_machine_of("m1", "AWSMachineClass", "aws").await;
 
     let machine = eventually("the migration error on m1", || async {
-        h.machine("m1").await.filter(|m| {
+        h.find_machine("m1").await.filter(|m| {
             m.status
                 .as_ref()
                 .is_some_and(|s| !s.last_operation.description.is_empty())
@@ -282,7 +188,7 @@ async fn an_old_class_the_provider_cannot_convert_leaves_a_clear_error_and_creat
     );
     assert_eq!(operation.state.map(mcm_api::MachineState::as_str), Some("Failed"));
     eventually("a MigrationFailed event", || async {
-        events_for(&h.client, "m1")
+        h.events_of("m1")
             .await
             .iter()
             .any(|e| e.reason.as_deref() == Some("MigrationFailed"))
@@ -311,20 +217,10 @@ async fn an_old_class_the_provider_cannot_convert_leaves_a_clear_error_and_creat
 /// go once nothing uses them, so deleting them in any order never strands a machine.
 #[tokio::test]
 async fn a_class_and_its_secret_are_held_while_used_and_released_after() {
-    let h = Harness::start().await;
-    h.create_secret().await;
-    let class: MachineClass = serde_json::from_value(json!({
-        "metadata": { "name": "small" },
-        "provider": "sim",
-        "providerSpec": { "vmPool": "pool-a", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" } },
-        "secretRef": { "name": "boot", "namespace": "default" }
-    }))
-    .unwrap();
-    h.api::<MachineClass>()
-        .create(&PostParams::default(), &class)
-        .await
-        .unwrap();
-    h.create_machine("m1", "MachineClass", "small").await;
+    let h = start().await;
+    h.create_boot_secret().await;
+    h.create_sim_class("small", sized_class("small")).await;
+    h.create_machine_of("m1", "MachineClass", "small").await;
     eventually("the class finalizer", || async {
         let class = h.api::<MachineClass>().get("small").await.unwrap();
         class
@@ -350,7 +246,7 @@ async fn a_class_and_its_secret_are_held_while_used_and_released_after() {
         .await
         .unwrap();
     eventually("m1 Running", || async {
-        h.machine("m1")
+        h.find_machine("m1")
             .await
             .filter(|m| m.phase() == Some(MachinePhase::Running))
     })
@@ -366,7 +262,7 @@ async fn a_class_and_its_secret_are_held_while_used_and_released_after() {
         .await
         .unwrap();
     eventually("m1 gone", || async {
-        h.machine("m1").await.is_none().then_some(())
+        h.find_machine("m1").await.is_none().then_some(())
     })
     .await;
     eventually("the class gone", || async {
@@ -391,22 +287,12 @@ async fn a_class_and_its_secret_are_held_while_used_and_released_after() {
 /// machine runs.
 #[tokio::test]
 async fn a_class_whose_secret_does_not_exist_says_so_and_its_machine_waits_for_it() {
-    let h = Harness::start().await;
-    let class: MachineClass = serde_json::from_value(json!({
-        "metadata": { "name": "small" },
-        "provider": "sim",
-        "providerSpec": { "vmPool": "pool-a", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" } },
-        "secretRef": { "name": "boot", "namespace": "default" }
-    }))
-    .unwrap();
-    h.api::<MachineClass>()
-        .create(&PostParams::default(), &class)
-        .await
-        .unwrap();
-    h.create_machine("m1", "MachineClass", "small").await;
+    let h = start().await;
+    h.create_sim_class("small", sized_class("small")).await;
+    h.create_machine_of("m1", "MachineClass", "small").await;
     let expected = r#"secretRef: Secret "boot" not found in namespace "default""#;
     let machine = eventually("the machine to name the missing secret", || async {
-        h.machine("m1").await.filter(|m| {
+        h.find_machine("m1").await.filter(|m| {
             m.status
                 .as_ref()
                 .is_some_and(|s| s.last_operation.description == expected)
@@ -416,7 +302,7 @@ async fn a_class_whose_secret_does_not_exist_says_so_and_its_machine_waits_for_i
     assert!(!format!("{:?}", machine.status).contains("userData"));
     for (object, reason) in [("m1", "SecretNotFound"), ("small", "SecretNotFound")] {
         eventually(&format!("a Warning Event on {object}"), || async {
-            events_for(&h.client, object)
+            h.events_of(object)
                 .await
                 .iter()
                 .any(|e| {
@@ -436,14 +322,15 @@ async fn a_class_whose_secret_does_not_exist_says_so_and_its_machine_waits_for_i
     );
 
     // The secret arrives: the machine runs, and the class was warned about once.
-    h.create_secret().await;
+    h.create_boot_secret().await;
     eventually("m1 Running", || async {
-        h.machine("m1")
+        h.find_machine("m1")
             .await
             .filter(|m| m.phase() == Some(MachinePhase::Running))
     })
     .await;
-    let class_warnings = events_for(&h.client, "small")
+    let class_warnings = h
+        .events_of("small")
         .await
         .iter()
         .filter(|e| e.reason.as_deref() == Some("SecretNotFound"))
@@ -457,7 +344,7 @@ async fn a_class_whose_secret_does_not_exist_says_so_and_its_machine_waits_for_i
 /// secret to change instead of retrying; once `userData` is added, it runs.
 #[tokio::test]
 async fn a_secret_without_user_data_holds_its_machine_until_the_secret_changes() {
-    let h = Harness::start().await;
+    let h = start().await;
     let secret: Secret = serde_json::from_value(json!({
         "metadata": { "name": "boot" },
         "stringData": { "providerAccessKeyId": "canary-key-1234567890" }
@@ -467,20 +354,10 @@ async fn a_secret_without_user_data_holds_its_machine_until_the_secret_changes()
         .create(&PostParams::default(), &secret)
         .await
         .unwrap();
-    let class: MachineClass = serde_json::from_value(json!({
-        "metadata": { "name": "small" },
-        "provider": "sim",
-        "providerSpec": { "vmPool": "pool-a", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" } },
-        "secretRef": { "name": "boot", "namespace": "default" }
-    }))
-    .unwrap();
-    h.api::<MachineClass>()
-        .create(&PostParams::default(), &class)
-        .await
-        .unwrap();
-    h.create_machine("m1", "MachineClass", "small").await;
+    h.create_sim_class("small", sized_class("small")).await;
+    h.create_machine_of("m1", "MachineClass", "small").await;
     let held = eventually("m1 in CrashLoopBackOff", || async {
-        h.machine("m1")
+        h.find_machine("m1")
             .await
             .filter(|m| m.phase() == Some(MachinePhase::CrashLoopBackOff))
     })
@@ -517,7 +394,7 @@ async fn a_secret_without_user_data_holds_its_machine_until_the_secret_changes()
         .await
         .unwrap();
     eventually("m1 Running", || async {
-        h.machine("m1")
+        h.find_machine("m1")
             .await
             .filter(|m| m.phase() == Some(MachinePhase::Running))
     })

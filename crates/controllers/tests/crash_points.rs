@@ -17,19 +17,26 @@ use std::{
     time::Duration,
 };
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::{
+    api::core::v1::{Container, PersistentVolume, PersistentVolumeClaim, Pod},
+    apimachinery::pkg::util::intstr::IntOrString,
+};
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
-use mcm_api::{Machine, MachineDeployment, MachinePhase, MachineSet, keys};
+use mcm_api::{
+    Machine, MachineDeployment, MachinePhase, MachineSet,
+    builders::{MachineBuilder, MachineDeploymentBuilder, MachineSetBuilder, PodBuilder},
+    keys,
+};
 use mcm_controllers::crash::{self, CrashPoint};
 use mcm_controllers::machinedeployment;
 use mcm_core::creation::CreationStep;
 use mcm_core::deletion::DeletionStep;
 use mcm_driver::{DriverMethod, MachineCode};
 use mcm_provider_sim::{CSI_DRIVER, Fault, Target};
-use serde_json::{Value, json};
+use serde_json::json;
 use support::{CLASS, Cluster, DEADLINE, NAMESPACE};
 
 /// How a case reaches its crash point.
@@ -448,21 +455,21 @@ async fn create_vanished(w: &mut World, points: &[CrashPoint]) -> Expect {
 
 /// A pod `name` on `node` (grace 1 s), with `claims`.
 async fn create_pod(w: &World, name: &str, node: &str, claims: &[&str]) {
-    let volumes: Vec<Value> = claims
+    let pod = claims
         .iter()
-        .enumerate()
-        .map(|(i, claim)| json!({ "name": format!("v{i}"), "persistentVolumeClaim": { "claimName": claim } }))
-        .collect();
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": { "name": name, "namespace": NAMESPACE },
-        "spec": {
-            "nodeName": node,
-            "terminationGracePeriodSeconds": 1,
-            "containers": [{ "name": "c", "image": "busybox" }],
-            "volumes": volumes,
-        }
-    }))
-    .expect("a pod");
+        .fold(PodBuilder::new(name), |pod, claim| pod.claim(claim))
+        .namespace(NAMESPACE)
+        .node(node)
+        .with(|pod| {
+            let spec = pod.spec.get_or_insert_default();
+            spec.termination_grace_period_seconds = Some(1);
+            spec.containers = vec![Container {
+                name: "c".into(),
+                image: Some("busybox".into()),
+                ..Container::default()
+            }];
+        })
+        .build();
     Api::<Pod>::namespaced(w.cluster.client.clone(), NAMESPACE)
         .create(&PostParams::default(), &pod)
         .await
@@ -504,13 +511,13 @@ async fn create_volume(w: &World, name: &str) {
 /// `force-deletion` when `force`), crashed at `point`.
 async fn delete(w: &mut World, point: CrashPoint, force: bool, volume: bool) -> Expect {
     let name = w.name("m0");
-    let labels = if force {
-        json!({ keys::labels::FORCE_DELETION: "True" })
-    } else {
-        json!({})
-    };
+    let machine = MachineBuilder::new(&name);
     w.cluster
-        .create_machine_from(json!({ "metadata": { "name": name, "labels": labels } }))
+        .create_built(if force {
+            machine.label(keys::labels::FORCE_DELETION, "True")
+        } else {
+            machine
+        })
         .await;
     w.cluster.wait_phase(&name, MachinePhase::Running).await;
     let pod = w.name("web");
@@ -572,27 +579,14 @@ async fn delete_unrecorded(w: &mut World, points: &[CrashPoint]) -> Expect {
     Expect::machines(0, 1)
 }
 
-fn template(pool: &str, extra: &[(&str, &str)]) -> Value {
-    let mut labels: BTreeMap<&str, &str> = BTreeMap::from([("pool", pool)]);
-    labels.extend(extra.iter().copied());
-    json!({
-        "metadata": { "labels": labels },
-        "spec": { "class": { "kind": "MachineClass", "name": CLASS } }
-    })
-}
-
 /// A MachineSet of `replicas` named `<prefix>set`.
 async fn create_set(w: &World, replicas: i32) -> String {
     let name = w.name("set");
-    let set: MachineSet = serde_json::from_value(json!({
-        "metadata": { "name": name },
-        "spec": {
-            "replicas": replicas,
-            "selector": { "matchLabels": { "pool": name } },
-            "template": template(&name, &[]),
-        }
-    }))
-    .expect("a set");
+    let set = MachineSetBuilder::new(&name)
+        .replicas(replicas)
+        .matching([("pool", name.as_str())])
+        .class(CLASS)
+        .build();
     Api::<MachineSet>::namespaced(w.cluster.client.clone(), NAMESPACE)
         .create(&PostParams::default(), &set)
         .await
@@ -624,7 +618,7 @@ async fn scale_up_adopting(w: &mut World, point: CrashPoint) -> Expect {
     let orphan = w.name("orphan");
     let set = w.name("set");
     w.cluster
-        .create_machine_from(json!({ "metadata": { "name": orphan, "labels": { "pool": set } } }))
+        .create_built(MachineBuilder::new(&orphan).label("pool", &set))
         .await;
     w.cluster.wait_phase(&orphan, MachinePhase::Running).await;
     crash::arm(point, &w.prefix);
@@ -666,18 +660,17 @@ async fn scale_down(w: &mut World, point: CrashPoint) -> Expect {
 /// only the new set is left.
 async fn rollout(w: &mut World, point: CrashPoint) -> Expect {
     let name = w.name("dep");
-    let deployment: MachineDeployment = serde_json::from_value(json!({
-        "metadata": { "name": name },
-        "spec": {
-            "replicas": 2,
-            "selector": { "matchLabels": { "pool": name } },
-            "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 0 } },
-            // The old set goes once the rollout is complete (history cleanup).
-            "revisionHistoryLimit": 0,
-            "template": template(&name, &[("rev", "1")]),
-        }
-    }))
-    .expect("a deployment");
+    let deployment = MachineDeploymentBuilder::new(&name)
+        .replicas(2)
+        .selector([("pool", name.as_str())])
+        .template_labels([("pool", name.as_str()), ("rev", "1")])
+        .class(CLASS)
+        .strategy("RollingUpdate")
+        .max_surge(IntOrString::Int(1))
+        .max_unavailable(IntOrString::Int(0))
+        // The old set goes once the rollout is complete (history cleanup).
+        .revision_history_limit(0)
+        .build();
     let api = Api::<MachineDeployment>::namespaced(w.cluster.client.clone(), NAMESPACE);
     api.create(&PostParams::default(), &deployment)
         .await

@@ -24,10 +24,11 @@ use std::{
 
 use futures::{FutureExt as _, StreamExt as _};
 use k8s_openapi::api::{
-    core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret},
+    core::v1::{Container, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret},
     policy::v1::PodDisruptionBudget,
     storage::v1::VolumeAttachment,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
@@ -35,7 +36,11 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
     runtime::watcher,
 };
-use mcm_api::{Machine, MachineClass, MachinePhase, keys};
+use mcm_api::{
+    Machine, MachineClass, MachinePhase,
+    builders::{MachineBuilder, MachineClassBuilder, PodBuilder},
+    keys,
+};
 use mcm_apiserver::{ApiServer, Config as ServerConfig};
 use mcm_controllers::machine;
 use mcm_core::{ControllerSettings, deletion::DeletionStep};
@@ -449,6 +454,11 @@ fn fast_settings() -> ControllerSettings {
     settings
 }
 
+/// A machine `name` of the class `sim`.
+fn sim_machine(name: &str) -> MachineBuilder {
+    MachineBuilder::new(name).namespace(NAMESPACE).class("sim")
+}
+
 async fn client_from(kubeconfig: &std::path::Path, gate: Option<&Gate>) -> Client {
     let file = Kubeconfig::read_from(kubeconfig).unwrap();
     let mut config = kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
@@ -581,36 +591,34 @@ impl Harness {
             .create(&PostParams::default(), &secret)
             .await
             .unwrap();
-        let class: MachineClass = serde_json::from_value(json!({
-            "metadata": { "name": "sim", "namespace": NAMESPACE },
-            "provider": "sim",
-            "providerSpec": { "vmPool": "pool-a", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" } },
-            "secretRef": { "name": "boot", "namespace": NAMESPACE }
-        }))
-        .unwrap();
+        let class = MachineClassBuilder::new("sim")
+            .namespace(NAMESPACE)
+            .provider("sim")
+            .provider_spec(
+                json!({ "vmPool": "pool-a", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" } }),
+            )
+            .secret_ref("boot", NAMESPACE)
+            .build();
         Api::<MachineClass>::namespaced(self.client.clone(), NAMESPACE)
             .create(&PostParams::default(), &class)
             .await
             .unwrap();
     }
 
-    /// Creates a machine with these annotations and labels and waits until it runs (its node joined and Ready).
-    async fn create_running_machine(&self, name: &str, annotations: Value, labels: Value) -> Machine {
-        self.create_machine(name, annotations, labels).await;
-        self.wait_machine(name, "Running", |m| m.phase() == Some(MachinePhase::Running))
+    /// Creates `machine` and waits until it runs (its node joined and Ready).
+    async fn create_running_machine(&self, machine: MachineBuilder) -> Machine {
+        let name = self.create_machine(machine).await;
+        self.wait_machine(&name, "Running", |m| m.phase() == Some(MachinePhase::Running))
             .await
     }
 
-    async fn create_machine(&self, name: &str, annotations: Value, labels: Value) {
-        let machine: Machine = serde_json::from_value(json!({
-            "metadata": { "name": name, "namespace": NAMESPACE, "annotations": annotations, "labels": labels },
-            "spec": { "class": { "kind": "MachineClass", "name": "sim" } }
-        }))
-        .unwrap();
+    /// Creates `machine` and returns its name.
+    async fn create_machine(&self, machine: MachineBuilder) -> String {
         self.machines()
-            .create(&PostParams::default(), &machine)
+            .create(&PostParams::default(), &machine.build())
             .await
-            .unwrap();
+            .unwrap()
+            .name_any()
     }
 
     /// A VM (and so a node, registered by the kubelet) without a Machine: a node of the cluster that this
@@ -624,14 +632,7 @@ impl Harness {
             .get("boot")
             .await
             .unwrap();
-        let machine = Machine {
-            metadata: kube::api::ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some(NAMESPACE.into()),
-                ..kube::api::ObjectMeta::default()
-            },
-            ..Machine::default()
-        };
+        let machine = MachineBuilder::new(name).namespace(NAMESPACE).build();
         self.sim
             .create_machine(&CreateMachineRequest {
                 machine,
@@ -671,31 +672,10 @@ impl Harness {
         .await;
     }
 
-    /// Creates a pod bound to `node`.
-    async fn create_pod(&self, spec: PodSpec<'_>) -> Pod {
-        let volumes: Vec<Value> = spec
-            .claims
-            .iter()
-            .enumerate()
-            .map(|(i, claim)| json!({ "name": format!("v{i}"), "persistentVolumeClaim": { "claimName": claim } }))
-            .collect();
-        let mut pod = json!({
-            "metadata": {
-                "name": spec.name, "namespace": NAMESPACE, "labels": spec.labels,
-                "annotations": spec.annotations, "ownerReferences": spec.owners,
-            },
-            "spec": {
-                "nodeName": spec.node,
-                "terminationGracePeriodSeconds": spec.grace,
-                "containers": [{ "name": "c", "image": "busybox" }],
-                "volumes": volumes,
-            }
-        });
-        if let Some(priority) = spec.priority {
-            pod["spec"]["priority"] = json!(priority);
-        }
+    /// Creates `pod`.
+    async fn create_pod(&self, pod: PodBuilder) -> Pod {
         self.pods()
-            .create(&PostParams::default(), &serde_json::from_value(pod).unwrap())
+            .create(&PostParams::default(), &pod.build())
             .await
             .unwrap()
     }
@@ -805,31 +785,22 @@ impl Harness {
     }
 }
 
-/// What a pod is made of.
-struct PodSpec<'a> {
-    name: &'a str,
-    node: &'a str,
-    grace: i64,
-    labels: Value,
-    annotations: Value,
-    owners: Value,
-    claims: &'a [&'a str],
-    priority: Option<i32>,
+/// A pod `name` of one container bound to `node`, with a grace period of 1 second.
+fn bound_pod(name: &str, node: &str) -> PodBuilder {
+    PodBuilder::new(name).namespace(NAMESPACE).node(node).with(|pod| {
+        let spec = pod.spec.get_or_insert_default();
+        spec.termination_grace_period_seconds = Some(1);
+        spec.containers = vec![Container {
+            name: "c".into(),
+            image: Some("busybox".into()),
+            ..Container::default()
+        }];
+    })
 }
 
-impl<'a> PodSpec<'a> {
-    fn new(name: &'a str, node: &'a str) -> Self {
-        Self {
-            name,
-            node,
-            grace: 1,
-            labels: json!({}),
-            annotations: json!({}),
-            owners: json!([]),
-            claims: &[],
-            priority: None,
-        }
-    }
+/// Sets the pod's grace period.
+fn grace(seconds: i64) -> impl FnOnce(&mut Pod) {
+    move |pod| pod.spec.get_or_insert_default().termination_grace_period_seconds = Some(seconds)
 }
 
 /// Polls `probe` every 25 ms until it returns `Some`, failing after the deadline.
@@ -993,14 +964,10 @@ async fn crash_at_every_point(h: &mut Harness, points: Vec<CrashPoint>) {
 #[tokio::test]
 async fn a_crash_after_every_step_of_a_drained_deletion_deletes_the_vm_once_and_leaks_nothing() {
     let mut h = Harness::start(fast_settings()).await;
-    h.create_running_machine("m1", json!({}), json!({})).await;
+    h.create_running_machine(sim_machine("m1")).await;
     h.create_volume("data").await;
-    h.create_pod(PodSpec {
-        claims: &["data"],
-        ..PodSpec::new("db", "m1")
-    })
-    .await;
-    h.create_pod(PodSpec::new("web", "m1")).await;
+    h.create_pod(bound_pod("db", "m1").claim("data")).await;
+    h.create_pod(bound_pod("web", "m1")).await;
     h.wait_pod_ready("db").await;
     eventually("the volume attached to m1", || async {
         (h.attached().await == [("pv-data".to_owned(), "m1".to_owned())]).then_some(())
@@ -1053,14 +1020,10 @@ async fn a_crash_after_every_step_of_a_drained_deletion_deletes_the_vm_once_and_
 #[tokio::test]
 async fn a_crash_after_every_step_of_a_force_deletion_deletes_the_vm_once_and_leaks_nothing() {
     let mut h = Harness::start(fast_settings()).await;
-    h.create_running_machine("m1", json!({}), json!({})).await;
+    h.create_running_machine(sim_machine("m1")).await;
     h.create_volume("data").await;
-    h.create_pod(PodSpec {
-        claims: &["data"],
-        grace: 3600,
-        ..PodSpec::new("db", "m1")
-    })
-    .await;
+    h.create_pod(bound_pod("db", "m1").claim("data").with(grace(3600)))
+        .await;
     h.wait_pod_ready("db").await;
     eventually("the volume attached to m1", || async {
         (h.attached().await == [("pv-data".to_owned(), "m1".to_owned())]).then_some(())
@@ -1115,12 +1078,12 @@ async fn pre_drain_and_pre_terminate_hooks_hold_the_deletion_until_removed() {
     let pre_drain = format!("{}backup", keys::extensions::PRE_DRAIN_HOOK_PREFIX);
     let pre_terminate = format!("{}detach-storage", keys::extensions::PRE_TERMINATE_HOOK_PREFIX);
     h.create_running_machine(
-        "m1",
-        json!({ pre_drain.clone(): "ops", pre_terminate.clone(): "ops" }),
-        json!({}),
+        sim_machine("m1")
+            .annotation(&pre_drain, "ops")
+            .annotation(&pre_terminate, "ops"),
     )
     .await;
-    h.create_pod(PodSpec::new("web", "m1")).await;
+    h.create_pod(bound_pod("web", "m1")).await;
     h.wait_pod_ready("web").await;
     let pods = record(h.pods()).await;
 
@@ -1203,13 +1166,9 @@ async fn pre_drain_and_pre_terminate_hooks_hold_the_deletion_until_removed() {
 #[tokio::test]
 async fn a_pdb_allowing_no_disruption_keeps_the_machine_terminating_naming_pod_and_pdb_until_raised() {
     let h = Harness::start(fast_settings()).await;
-    h.create_running_machine("m1", json!({}), json!({})).await;
+    h.create_running_machine(sim_machine("m1")).await;
     for name in ["web-0", "web-1"] {
-        h.create_pod(PodSpec {
-            labels: json!({ "app": "web" }),
-            ..PodSpec::new(name, "m1")
-        })
-        .await;
+        h.create_pod(bound_pod(name, "m1").label("app", "web")).await;
         h.wait_pod_ready(name).await;
     }
     let pdb: PodDisruptionBudget = serde_json::from_value(json!({
@@ -1293,7 +1252,7 @@ async fn volume_pods_are_evicted_one_at_a_time_highest_priority_first_each_after
         ..fast_settings()
     })
     .await;
-    h.create_running_machine("m1", json!({}), json!({})).await;
+    h.create_running_machine(sim_machine("m1")).await;
     // A second node, not a machine of this controller: where the volume pods move.
     h.create_vm_without_machine("m2").await;
 
@@ -1301,15 +1260,11 @@ async fn volume_pods_are_evicted_one_at_a_time_highest_priority_first_each_after
     let volume_pods = [("db-high", 100), ("db-mid", 50), ("db-low", 10)];
     for (name, priority) in volume_pods {
         h.create_volume(name).await;
-        h.create_pod(PodSpec {
-            claims: &[name],
-            priority: Some(priority),
-            ..PodSpec::new(name, "m1")
-        })
-        .await;
+        h.create_pod(bound_pod(name, "m1").claim(name).priority(priority))
+            .await;
     }
     for name in ["web-a", "web-b"] {
-        h.create_pod(PodSpec::new(name, "m1")).await;
+        h.create_pod(bound_pod(name, "m1")).await;
     }
     eventually("three volumes attached to m1", || async {
         (h.attached().await.len() == 3).then_some(())
@@ -1389,16 +1344,16 @@ async fn a_controller_restarted_while_a_volume_pod_terminates_still_waits_for_it
         ..fast_settings()
     })
     .await;
-    h.create_running_machine("m1", json!({}), json!({})).await;
+    h.create_running_machine(sim_machine("m1")).await;
     h.create_vm_without_machine("m2").await;
-    for (name, priority, grace) in [("db-high", 100, 2), ("db-low", 10, 1)] {
+    for (name, priority, seconds) in [("db-high", 100, 2), ("db-low", 10, 1)] {
         h.create_volume(name).await;
-        h.create_pod(PodSpec {
-            claims: &[name],
-            priority: Some(priority),
-            grace,
-            ..PodSpec::new(name, "m1")
-        })
+        h.create_pod(
+            bound_pod(name, "m1")
+                .claim(name)
+                .priority(priority)
+                .with(grace(seconds)),
+        )
         .await;
     }
     eventually("two volumes attached to m1", || async {
@@ -1539,30 +1494,27 @@ fn volume_moved(events: &[(u64, bool, VolumeAttachment)], pv: &str, from: &str, 
 #[tokio::test]
 async fn the_skip_label_leaves_a_pod_and_wait_completed_is_waited_for_until_it_completes() {
     let h = Harness::start(fast_settings()).await;
-    h.create_running_machine("m1", json!({}), json!({})).await;
+    h.create_running_machine(sim_machine("m1")).await;
     let label = keys::extensions::DRAIN_LABEL;
-    h.create_pod(PodSpec {
-        labels: json!({ label: "skip" }),
-        ..PodSpec::new("agent", "m1")
-    })
+    h.create_pod(bound_pod("agent", "m1").label(label, "skip")).await;
+    h.create_pod(bound_pod("batch", "m1").label(label, "wait-completed"))
+        .await;
+    h.create_pod(
+        bound_pod("logs-ds", "m1")
+            // The apps group is not served here, so the garbage collector leaves the pod of this owner alone.
+            .owner(OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "DaemonSet".into(),
+                name: "logs".into(),
+                uid: "ds-uid".into(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }),
+    )
     .await;
-    h.create_pod(PodSpec {
-        labels: json!({ label: "wait-completed" }),
-        ..PodSpec::new("batch", "m1")
-    })
-    .await;
-    h.create_pod(PodSpec {
-        // The apps group is not served here, so the garbage collector leaves the pod of this owner alone.
-        owners: json!([{ "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "logs", "uid": "ds-uid", "controller": true }]),
-        ..PodSpec::new("logs-ds", "m1")
-    })
-    .await;
-    h.create_pod(PodSpec {
-        annotations: json!({ "kubernetes.io/config.mirror": "static" }),
-        ..PodSpec::new("static-m1", "m1")
-    })
-    .await;
-    h.create_pod(PodSpec::new("web", "m1")).await;
+    h.create_pod(bound_pod("static-m1", "m1").annotation("kubernetes.io/config.mirror", "static"))
+        .await;
+    h.create_pod(bound_pod("web", "m1")).await;
     h.wait_pod_ready("batch").await;
     let pods = record(h.pods()).await;
 
@@ -1628,14 +1580,14 @@ async fn a_force_drain_of_a_not_ready_node_deletes_pods_with_grace_0_and_its_vol
         ..fast_settings()
     })
     .await;
-    h.create_running_machine("m1", json!({}), json!({})).await;
+    h.create_running_machine(sim_machine("m1")).await;
     h.create_volume("data").await;
-    for (name, claims) in [("db", &["data"][..]), ("web", &[][..])] {
+    for (name, claim) in [("db", Some("data")), ("web", None)] {
         // An hour of grace: only a deletion with grace 0 makes them go within the test.
-        h.create_pod(PodSpec {
-            claims,
-            grace: 3600,
-            ..PodSpec::new(name, "m1")
+        let pod = bound_pod(name, "m1").with(grace(3600));
+        h.create_pod(match claim {
+            Some(claim) => pod.claim(claim),
+            None => pod,
         })
         .await;
     }
@@ -1721,7 +1673,7 @@ async fn a_force_drain_of_a_not_ready_node_deletes_pods_with_grace_0_and_its_vol
 async fn a_machine_whose_node_never_joined_is_deleted() {
     let h = Harness::start(fast_settings()).await;
     h.sim.faults().stop_heartbeats("m1");
-    h.create_machine("m1", json!({}), json!({})).await;
+    h.create_machine(sim_machine("m1")).await;
     h.wait_machine("m1", "Pending with its VM", |m| {
         m.phase() == Some(MachinePhase::Pending)
     })
@@ -1753,8 +1705,8 @@ async fn the_controllers_own_machine_is_never_drained_or_deleted() {
         ..fast_settings()
     })
     .await;
-    h.create_running_machine("ctl", json!({}), json!({})).await;
-    h.create_pod(PodSpec::new("web", "ctl")).await;
+    h.create_running_machine(sim_machine("ctl")).await;
+    h.create_pod(bound_pod("web", "ctl")).await;
     h.wait_pod_ready("web").await;
     let log_start = h.gate.log().len();
 
@@ -1782,7 +1734,7 @@ async fn the_controllers_own_machine_is_never_drained_or_deleted() {
     );
 
     // Meanwhile another machine of the same controller is deleted from start to end: the controller works.
-    h.create_running_machine("m2", json!({}), json!({})).await;
+    h.create_running_machine(sim_machine("m2")).await;
     h.machines()
         .patch(
             "ctl",

@@ -15,171 +15,43 @@ use std::{
 };
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Event, Secret};
+use k8s_openapi::{api::core::v1::Event, apimachinery::pkg::util::intstr::IntOrString};
 use kube::{
-    Api, Client, Resource, ResourceExt,
+    Api, Resource, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
 use mcm_api::{
-    ConditionStatus, Machine, MachineClass, MachineDeployment, MachineDeploymentConditionType, MachinePhase,
-    MachineSet, MachineTemplateSpec, keys,
+    ConditionStatus, Machine, MachineDeployment, MachineDeploymentConditionType, MachinePhase, MachineSet,
+    MachineTemplateSpec, builders::MachineDeploymentBuilder, keys,
 };
-use mcm_apiserver::{ApiServer, Config as ServerConfig};
-use mcm_controllers::{machine, machinedeployment, machineset};
-use mcm_provider_sim::{Kubelet, KubeletConfig, KubeletHandle, SimConfig, SimDriver};
+use mcm_controllers::machineset;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use support::{Cluster, NAMESPACE, Setup};
 
 const DEADLINE: Duration = Duration::from_mins(1);
 
 /// The deployment of every test.
 const NAME: &str = "pool";
 
-struct Harness {
-    server: Option<ApiServer>,
-    _dir: tempfile::TempDir,
-    client: Client,
-    kubelet: Option<KubeletHandle>,
-    stop: watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+/// Server, sim provider and kubelet, the machine, set and deployment controllers, and the classes `small` and
+/// `medium`.
+async fn start() -> Cluster {
+    let sets = machineset::Config {
+        // These tests use minReadySeconds to hold each rollout step (`--honour-min-ready-seconds`).
+        min_ready_seconds: mcm_core::machineset::MinReadySeconds::Honour,
+        ..support::set_config()
+    };
+    Cluster::start_with_set_controllers(Setup::for_sets(), sets).await
 }
 
-async fn stopped(mut rx: watch::Receiver<bool>) {
-    let _ = rx.wait_for(|stop| *stop).await;
-}
-
-impl Harness {
-    /// Server, sim provider and kubelet, the machine, set and deployment controllers, and the classes `small` and
-    /// `medium`.
-    async fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = ServerConfig::new(dir.path());
-        config.in_memory = true;
-        config.node_monitor_grace_period = Duration::from_secs(2);
-        config.node_monitor_period = Duration::from_millis(200);
-        let server = ApiServer::start(config).await.unwrap();
-        let client = support::client_for(&server).await;
-        let driver = SimDriver::new(SimConfig::default());
-        let kubelet = Kubelet::start(
-            &driver,
-            client.clone(),
-            KubeletConfig {
-                heartbeat_interval: Duration::from_millis(500),
-                ..KubeletConfig::default()
-            },
-        );
-        let (stop, rx) = watch::channel(false);
-        let machines = tokio::spawn(machine::run(
-            client.clone(),
-            Some(client.clone()),
-            Arc::new(driver.clone()),
-            machine::Config {
-                namespace: "default".into(),
-                settings: mcm_core::ControllerSettings::default(),
-                concurrency: 8,
-            },
-            machine::Extras::default(),
-            stopped(rx.clone()),
-        ));
-        let sets = tokio::spawn(machineset::run(
-            client.clone(),
-            machineset::Config {
-                namespace: "default".into(),
-                concurrency: 4,
-                resync: Duration::from_mins(10),
-                // These tests use minReadySeconds to hold each rollout step (`--honour-min-ready-seconds`).
-                min_ready_seconds: mcm_core::machineset::MinReadySeconds::Honour,
-            },
-            None,
-            stopped(rx.clone()),
-        ));
-        let deployments = tokio::spawn(machinedeployment::run(
-            client.clone(),
-            Some(client.clone()),
-            machinedeployment::Config {
-                concurrency: 4,
-                ..machinedeployment::Config::new("default")
-            },
-            None,
-            stopped(rx),
-        ));
-        let h = Self {
-            server: Some(server),
-            _dir: dir,
-            client,
-            kubelet: Some(kubelet),
-            stop,
-            tasks: vec![machines, sets, deployments],
-        };
-        h.create_classes().await;
-        h
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.send(true);
-        for task in self.tasks.drain(..) {
-            let _ = tokio::time::timeout(DEADLINE, task).await;
-        }
-        if let Some(kubelet) = self.kubelet.take() {
-            kubelet.stop().await;
-        }
-        if let Some(server) = self.server.take() {
-            server.shutdown().await;
-        }
-    }
-
-    fn api<K>(&self) -> Api<K>
-    where
-        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-    {
-        Api::namespaced(self.client.clone(), "default")
-    }
-
-    fn machines(&self) -> Api<Machine> {
-        self.api()
-    }
-
-    fn sets(&self) -> Api<MachineSet> {
-        self.api()
-    }
-
-    fn deployments(&self) -> Api<MachineDeployment> {
-        self.api()
-    }
-
-    async fn create_classes(&self) {
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": { "name": "boot" },
-            "stringData": { "userData": "#!/bin/sh\necho <<MACHINE_NAME>>\n" }
-        }))
-        .unwrap();
-        self.api::<Secret>()
-            .create(&PostParams::default(), &secret)
-            .await
-            .unwrap();
-        for (name, size) in [("small", "small"), ("medium", "medium")] {
-            let class: MachineClass = serde_json::from_value(json!({
-                "metadata": { "name": name },
-                "provider": "sim",
-                "providerSpec": { "vmPool": "pool-a", "size": size, "tags": { "kubernetes.io/cluster/c": "1" } },
-                "secretRef": { "name": "boot", "namespace": "default" }
-            }))
-            .unwrap();
-            self.api::<MachineClass>()
-                .create(&PostParams::default(), &class)
-                .await
-                .unwrap();
-        }
-    }
-
-    /// Creates the deployment `pool` with `spec`.
-    async fn create_deployment(&self, spec: Value) {
-        let deployment: MachineDeployment =
-            serde_json::from_value(json!({ "metadata": { "name": NAME }, "spec": spec })).unwrap();
+/// This file's helpers on the shared harness.
+impl Cluster {
+    /// Creates the deployment `deployment` describes.
+    async fn create_deployment(&self, deployment: MachineDeploymentBuilder) {
         self.deployments()
-            .create(&PostParams::default(), &deployment)
+            .create(&PostParams::default(), &deployment.build())
             .await
             .unwrap();
     }
@@ -211,7 +83,7 @@ impl Harness {
 
     /// The deployment's events with `reason`.
     async fn events(&self, reason: &str) -> Vec<Event> {
-        self.api::<Event>()
+        Api::<Event>::namespaced(self.client.clone(), NAMESPACE)
             .list(&ListParams::default())
             .await
             .unwrap()
@@ -288,18 +160,9 @@ impl Harness {
     }
 }
 
-async fn eventually<T, Fut>(what: &str, mut probe: impl FnMut() -> Fut) -> T
-where
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let end = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(tokio::time::Instant::now() < end, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Waits until `probe` gives a value, within this file's deadline.
+async fn eventually<T>(what: &str, probe: impl AsyncFnMut() -> Option<T>) -> T {
+    support::wait_within(DEADLINE, what, probe).await
 }
 
 /// Calls `check` with the complete picture of `api`'s objects after every change the watch delivers (from the first
@@ -379,18 +242,11 @@ fn annotation(set: &MachineSet, key: &str) -> Option<String> {
     set.annotations().get(key).cloned()
 }
 
-/// The machine template with the label `pool` = `pool`, the class `class` and `extra` labels.
-fn template(pool: &str, class: &str, extra: &[(&str, &str)]) -> Value {
-    let mut labels: BTreeMap<&str, &str> = BTreeMap::from([("pool", pool)]);
-    labels.extend(extra.iter().copied());
-    json!({
-        "metadata": { "labels": labels },
-        "spec": { "class": { "kind": "MachineClass", "name": class } }
-    })
-}
-
-fn selector(pool: &str) -> Value {
-    json!({ "matchLabels": { "pool": pool } })
+/// The deployment [`NAME`] of machines labelled `pool` = `pool`, of the class `small`.
+fn rollout(pool: &str) -> MachineDeploymentBuilder {
+    MachineDeploymentBuilder::new(NAME)
+        .matching([("pool", pool)])
+        .class("small")
 }
 
 /// A set's name and `spec.replicas`, for comparing layouts.
@@ -403,14 +259,9 @@ fn layout(sets: &[MachineSet]) -> BTreeMap<String, i32> {
 /// template exists while any machine of the old one does (those being deleted included).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recreate_deletes_every_old_machine_before_the_first_new_one() {
-    let h = Harness::start().await;
-    h.create_deployment(json!({
-        "replicas": 3,
-        "selector": selector("recreate"),
-        "strategy": { "type": "Recreate" },
-        "template": template("recreate", "small", &[]),
-    }))
-    .await;
+    let h = start().await;
+    h.create_deployment(rollout("recreate").replicas(3).strategy("Recreate"))
+        .await;
     let (_, old_set, old_machines) = h.rolled_out(3).await;
     let old_hash = hash(&old_set).expect("the set's hash label");
     assert!(old_machines.iter().all(|m| hash(m).as_ref() == Some(&old_hash)));
@@ -464,7 +315,7 @@ async fn recreate_deletes_every_old_machine_before_the_first_new_one() {
 /// no more machines of another template than `deleted_by_hand` (counted up before each deletion). Returns the
 /// violations seen, the watcher's synced flag and its task.
 fn watch_on_delete(
-    h: &Harness,
+    h: &Cluster,
     old_hash: String,
     deleted_by_hand: Arc<AtomicUsize>,
 ) -> (
@@ -498,14 +349,9 @@ fn watch_on_delete(
 /// new machines than old ones deleted by hand.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_delete_replaces_old_machines_only_as_they_are_deleted() {
-    let h = Harness::start().await;
-    h.create_deployment(json!({
-        "replicas": 3,
-        "selector": selector("ondelete"),
-        "strategy": { "type": "OnDelete" },
-        "template": template("ondelete", "small", &[]),
-    }))
-    .await;
+    let h = start().await;
+    h.create_deployment(rollout("ondelete").replicas(3).strategy("OnDelete"))
+        .await;
     let (_, old_set, old_machines) = h.rolled_out(3).await;
     let old_hash = hash(&old_set).unwrap();
 
@@ -609,13 +455,14 @@ async fn on_delete_replaces_old_machines_only_as_they_are_deleted() {
 /// A revision that does not exist only clears `rollbackTo`, with `DeploymentRollbackRevisionNotFound`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_to_a_revision_restores_its_template() {
-    let h = Harness::start().await;
-    h.create_deployment(json!({
-        "replicas": 2,
-        "selector": selector("rollback"),
-        "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 0 } },
-        "template": template("rollback", "small", &[]),
-    }))
+    let h = start().await;
+    h.create_deployment(
+        rollout("rollback")
+            .replicas(2)
+            .strategy("RollingUpdate")
+            .max_surge(IntOrString::Int(1))
+            .max_unavailable(IntOrString::Int(0)),
+    )
     .await;
     let (deployment_a, set_a, _) = h.rolled_out(2).await;
     let template_a = deployment_a.spec.template.clone();
@@ -715,15 +562,16 @@ async fn rollback_to_a_revision_restores_its_template() {
 /// the sets keep their sizes (only the machines they already asked for come up); resumed, the rollout completes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_rollout_stops_and_resumes() {
-    let h = Harness::start().await;
+    let h = start().await;
     // minReadySeconds holds every step of the rollout for 2s, so that the pause lands while the new set has 1 machine.
-    h.create_deployment(json!({
-        "replicas": 4,
-        "minReadySeconds": 2,
-        "selector": selector("paused"),
-        "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 0 } },
-        "template": template("paused", "small", &[]),
-    }))
+    h.create_deployment(
+        rollout("paused")
+            .replicas(4)
+            .min_ready_seconds(2)
+            .strategy("RollingUpdate")
+            .max_surge(IntOrString::Int(1))
+            .max_unavailable(IntOrString::Int(0)),
+    )
     .await;
     let (_, old_set, old_machines) = h.rolled_out(4).await;
 
@@ -820,15 +668,16 @@ async fn a_paused_rollout_stops_and_resumes() {
 /// grows the old set, never exceeds 5 + maxSurge live machines, and ends with 5 machines of the new set.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaling_mid_rollout_goes_to_the_new_set() {
-    let h = Harness::start().await;
+    let h = start().await;
     // minReadySeconds holds every step for 1s, so that the scale lands while the old set still has all its machines.
-    h.create_deployment(json!({
-        "replicas": 3,
-        "minReadySeconds": 1,
-        "selector": selector("scaling"),
-        "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 0 } },
-        "template": template("scaling", "small", &[]),
-    }))
+    h.create_deployment(
+        rollout("scaling")
+            .replicas(3)
+            .min_ready_seconds(1)
+            .strategy("RollingUpdate")
+            .max_surge(IntOrString::Int(1))
+            .max_unavailable(IntOrString::Int(0)),
+    )
     .await;
     let (_, old_set, _) = h.rolled_out(3).await;
 
@@ -894,13 +743,14 @@ async fn scaling_mid_rollout_goes_to_the_new_set() {
 /// not being deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_machines_roll_within_surge_and_unavailability() {
-    let h = Harness::start().await;
-    h.create_deployment(json!({
-        "replicas": 10,
-        "selector": selector("ten"),
-        "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": "25%", "maxUnavailable": "25%" } },
-        "template": template("ten", "small", &[]),
-    }))
+    let h = start().await;
+    h.create_deployment(
+        rollout("ten")
+            .replicas(10)
+            .strategy("RollingUpdate")
+            .max_surge(IntOrString::String("25%".into()))
+            .max_unavailable(IntOrString::String("25%".into())),
+    )
     .await;
     let (_, old_set, _) = h.rolled_out(10).await;
     assert_eq!(
@@ -955,14 +805,16 @@ async fn ten_machines_roll_within_surge_and_unavailability() {
 /// Creates a deployment of 2 with `revisionHistoryLimit: 1` and rolls it three times (a template label `version`
 /// 0 → 1 → 2 → 3), each rollout complete and its history cleaned up (exactly one old set left) before the next.
 /// Returns, per rollout, the new set, the set it replaced and the old set that was kept.
-async fn roll_three_times_keeping_one(h: &Harness) -> Vec<(MachineSet, MachineSet, MachineSet)> {
-    h.create_deployment(json!({
-        "replicas": 2,
-        "revisionHistoryLimit": 1,
-        "selector": selector("history"),
-        "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 2, "maxUnavailable": 0 } },
-        "template": template("history", "small", &[("version", "0")]),
-    }))
+async fn roll_three_times_keeping_one(h: &Cluster) -> Vec<(MachineSet, MachineSet, MachineSet)> {
+    h.create_deployment(
+        rollout("history")
+            .replicas(2)
+            .revision_history_limit(1)
+            .strategy("RollingUpdate")
+            .max_surge(IntOrString::Int(2))
+            .max_unavailable(IntOrString::Int(0))
+            .template_labels([("pool", "history"), ("version", "0")]),
+    )
     .await;
     let (_, mut previous, _) = h.rolled_out(2).await;
     let mut rollouts = Vec::new();
@@ -1000,7 +852,7 @@ async fn roll_three_times_keeping_one(h: &Harness) -> Vec<(MachineSet, MachineSe
 /// rollouts a single old set, scaled to zero and without machines, is kept besides the new one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revision_history_limit_cleans_up_old_sets() {
-    let h = Harness::start().await;
+    let h = start().await;
     let rollouts = roll_three_times_keeping_one(&h).await;
     for (new_set, _, old) in &rollouts {
         assert_eq!(old.spec.replicas, 0, "{}", old.name_any());
@@ -1019,7 +871,7 @@ async fn revision_history_limit_cleans_up_old_sets() {
 /// resolution, then by name, deleted revision 2 and kept revision 1 when both were created within a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn revision_history_limit_keeps_the_newest_old_revision() {
-    let h = Harness::start().await;
+    let h = start().await;
     let rollouts = roll_three_times_keeping_one(&h).await;
     let described: Vec<String> = rollouts
         .iter()

@@ -9,152 +9,31 @@ use std::{
 };
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{
-    Api, Client, ResourceExt,
+    Api, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
 use mcm_api::{
-    Machine, MachineClass, MachineDeployment, MachinePhase, MachineSet,
-    builders::{MachineClassBuilder, MachineSetBuilder},
+    Machine, MachinePhase,
+    builders::{MachineDeploymentBuilder, MachineSetBuilder},
 };
-use mcm_apiserver::{ApiServer, Config as ServerConfig};
-use mcm_controllers::{machine, machinedeployment, machineset};
-use mcm_provider_sim::{Kubelet, KubeletConfig, KubeletHandle, SimConfig, SimDriver};
 use serde_json::json;
-use tokio::sync::watch;
+use support::{Cluster, Setup};
 
 const DEADLINE: Duration = Duration::from_mins(1);
 
-struct Harness {
-    server: Option<ApiServer>,
-    _dir: tempfile::TempDir,
-    client: Client,
-    driver: SimDriver,
-    kubelet: Option<KubeletHandle>,
-    stop: watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+/// Server (with `watch_delay` on every watch event), sim provider and kubelet, the machine, set and deployment
+/// controllers, and the classes `small` and `medium`.
+async fn start(watch_delay: Duration) -> Cluster {
+    let mut setup = Setup::for_sets();
+    setup.server.watch_delay = watch_delay;
+    Cluster::start_with_set_controllers(setup, support::set_config()).await
 }
 
-async fn stopped(mut rx: watch::Receiver<bool>) {
-    let _ = rx.wait_for(|stop| *stop).await;
-}
-
-impl Harness {
-    /// Server (with `watch_delay` on every watch event), sim provider and kubelet, machine and set controllers.
-    async fn start(watch_delay: Duration) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = ServerConfig::new(dir.path());
-        config.in_memory = true;
-        config.watch_delay = watch_delay;
-        // A vanished VM's silent node turns Unknown within seconds.
-        config.node_monitor_grace_period = Duration::from_secs(2);
-        config.node_monitor_period = Duration::from_millis(200);
-        let server = ApiServer::start(config).await.unwrap();
-        let client = support::client_for(&server).await;
-        let driver = SimDriver::new(SimConfig::default());
-        let kubelet = Kubelet::start(
-            &driver,
-            client.clone(),
-            KubeletConfig {
-                heartbeat_interval: Duration::from_millis(500),
-                ..KubeletConfig::default()
-            },
-        );
-        let (stop, rx) = watch::channel(false);
-        let machines = tokio::spawn(machine::run(
-            client.clone(),
-            Some(client.clone()),
-            Arc::new(driver.clone()),
-            machine::Config {
-                namespace: "default".into(),
-                settings: mcm_core::ControllerSettings::default(),
-                concurrency: 8,
-            },
-            machine::Extras::default(),
-            stopped(rx.clone()),
-        ));
-        let sets = tokio::spawn(machineset::run(
-            client.clone(),
-            machineset::Config {
-                namespace: "default".into(),
-                concurrency: 4,
-                resync: Duration::from_mins(10),
-                min_ready_seconds: mcm_core::machineset::MinReadySeconds::Ignore,
-            },
-            None,
-            stopped(rx.clone()),
-        ));
-        let deployments = tokio::spawn(machinedeployment::run(
-            client.clone(),
-            Some(client.clone()),
-            machinedeployment::Config {
-                concurrency: 4,
-                ..machinedeployment::Config::new("default")
-            },
-            None,
-            stopped(rx),
-        ));
-        let h = Self {
-            server: Some(server),
-            _dir: dir,
-            client,
-            driver,
-            kubelet: Some(kubelet),
-            stop,
-            tasks: vec![machines, sets, deployments],
-        };
-        h.create_class().await;
-        h
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.send(true);
-        for task in self.tasks.drain(..) {
-            let _ = tokio::time::timeout(DEADLINE, task).await;
-        }
-        if let Some(kubelet) = self.kubelet.take() {
-            kubelet.stop().await;
-        }
-        if let Some(server) = self.server.take() {
-            server.shutdown().await;
-        }
-    }
-
-    fn machines(&self) -> Api<Machine> {
-        Api::namespaced(self.client.clone(), "default")
-    }
-
-    fn sets(&self) -> Api<MachineSet> {
-        Api::namespaced(self.client.clone(), "default")
-    }
-
-    async fn create_class(&self) {
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": { "name": "boot" },
-            "stringData": { "userData": "#!/bin/sh\necho <<MACHINE_NAME>>\n" }
-        }))
-        .unwrap();
-        Api::<Secret>::namespaced(self.client.clone(), "default")
-            .create(&PostParams::default(), &secret)
-            .await
-            .unwrap();
-        for size in ["small", "medium"] {
-            let class = MachineClassBuilder::new(size)
-                .provider("sim")
-                .provider_spec(
-                    json!({ "vmPool": "pool-a", "size": size, "tags": { "kubernetes.io/cluster/c": "1" } }),
-                )
-                .secret_ref("boot", "default")
-                .build();
-            Api::<MachineClass>::namespaced(self.client.clone(), "default")
-                .create(&PostParams::default(), &class)
-                .await
-                .unwrap();
-        }
-    }
-
+/// This file's helpers on the shared harness.
+impl Cluster {
     async fn create_set(&self, replicas: i32) {
         let set = MachineSetBuilder::new("workers")
             .replicas(replicas)
@@ -188,18 +67,9 @@ impl Harness {
     }
 }
 
-async fn eventually<T, Fut>(what: &str, mut probe: impl FnMut() -> Fut) -> T
-where
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let end = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(tokio::time::Instant::now() < end, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Waits until `probe` gives a value, within this file's deadline.
+async fn eventually<T>(what: &str, probe: impl AsyncFnMut() -> Option<T>) -> T {
+    support::wait_within(DEADLINE, what, probe).await
 }
 
 /// Records the largest number of live machines seen at once, over every version the watch delivers.
@@ -229,7 +99,7 @@ fn count_peak(api: Api<Machine>) -> (Arc<Mutex<usize>>, tokio::task::JoinHandle<
 /// reference's order; status counts ready machines. Scale 0 → 10 → 3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_set_scales_from_zero_to_ten_to_three() {
-    let h = Harness::start(Duration::ZERO).await;
+    let h = start(Duration::ZERO).await;
     h.create_set(0).await;
     eventually("the set's finalizer and status", || async {
         let set = h.sets().get("workers").await.unwrap();
@@ -293,7 +163,7 @@ async fn a_set_scales_from_zero_to_ten_to_three() {
 /// controllers 700ms late; a set of 5 never has more than 5 live machines at any observed moment.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lagging_cache_never_yields_an_extra_machine() {
-    let h = Harness::start(Duration::from_millis(700)).await;
+    let h = start(Duration::from_millis(700)).await;
     let (peak, watcher_task) = count_peak(h.machines());
     h.create_set(5).await;
     eventually("five Running machines", || async {
@@ -323,21 +193,16 @@ async fn a_lagging_cache_never_yields_an_extra_machine() {
 /// template and the old set scaled to zero.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_update_keeps_within_surge_and_unavailability() {
-    let h = Harness::start(Duration::ZERO).await;
-    let deployments: Api<MachineDeployment> = Api::namespaced(h.client.clone(), "default");
-    let deployment: MachineDeployment = serde_json::from_value(json!({
-        "metadata": { "name": "pool" },
-        "spec": {
-            "replicas": 4,
-            "selector": { "matchLabels": { "pool": "rolling" } },
-            "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 1 } },
-            "template": {
-                "metadata": { "labels": { "pool": "rolling" } },
-                "spec": { "class": { "kind": "MachineClass", "name": "small" } }
-            }
-        }
-    }))
-    .unwrap();
+    let h = start(Duration::ZERO).await;
+    let deployments = h.deployments();
+    let deployment = MachineDeploymentBuilder::new("pool")
+        .replicas(4)
+        .matching([("pool", "rolling")])
+        .strategy("RollingUpdate")
+        .max_surge(IntOrString::Int(1))
+        .max_unavailable(IntOrString::Int(1))
+        .class("small")
+        .build();
     deployments
         .create(&PostParams::default(), &deployment)
         .await

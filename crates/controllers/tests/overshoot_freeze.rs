@@ -7,114 +7,36 @@
 
 mod support;
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
-use k8s_openapi::{
-    api::core::v1::{Event, Secret},
-    apimachinery::pkg::util::intstr::IntOrString,
-};
+use k8s_openapi::{api::core::v1::Event, apimachinery::pkg::util::intstr::IntOrString};
 use kube::{
-    Api, Client, ResourceExt,
+    Api, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use mcm_api::{
-    ConditionStatus, Machine, MachineClass, MachineDeployment, MachineDeploymentCondition,
-    MachineDeploymentConditionType, MachinePhase, MachineSet, MachineSetCondition, MachineSetConditionType,
-    builders::{MachineBuilder, MachineClassBuilder, MachineDeploymentBuilder, MachineSetBuilder},
+    ConditionStatus, Machine, MachineDeployment, MachineDeploymentCondition, MachineDeploymentConditionType,
+    MachinePhase, MachineSet, MachineSetCondition, MachineSetConditionType,
+    builders::{MachineBuilder, MachineDeploymentBuilder, MachineSetBuilder},
     keys,
 };
-use mcm_apiserver::{ApiServer, Config as ServerConfig};
-use mcm_controllers::{machine, machinedeployment, machineset, overshoot};
-use mcm_provider_sim::{Kubelet, KubeletConfig, KubeletHandle, SimConfig, SimDriver};
+use mcm_controllers::overshoot;
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use support::{Cluster, NAMESPACE, Setup};
 
 const DEADLINE: Duration = Duration::from_mins(1);
 
-/// The test's finalizer on the extra machines: holds them until [`Harness::release`].
+/// The test's finalizer on the extra machines: holds them until [`Cluster::release`].
 const HOLD: &str = "test.machine.sapcloud.io/hold";
 
-const NAMESPACE: &str = "default";
-
-struct Harness {
-    server: Option<ApiServer>,
-    _dir: tempfile::TempDir,
-    client: Client,
-    kubelet: Option<KubeletHandle>,
-    stop: watch::Sender<bool>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+/// Server, sim provider and kubelet, the machine, set and deployment controllers, and the classes `small` and
+/// `medium`; the overshoot loop is started by [`Cluster::start_overshoot`].
+async fn start() -> Cluster {
+    Cluster::start_with_set_controllers(Setup::for_sets(), support::set_config()).await
 }
 
-async fn stopped(mut rx: watch::Receiver<bool>) {
-    let _ = rx.wait_for(|stop| *stop).await;
-}
-
-impl Harness {
-    /// Server, sim provider and kubelet, the machine, set and deployment controllers, and the class `small`; the
-    /// overshoot loop is started by [`Harness::start_overshoot`].
-    async fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = ServerConfig::new(dir.path());
-        config.in_memory = true;
-        config.node_monitor_grace_period = Duration::from_secs(2);
-        config.node_monitor_period = Duration::from_millis(200);
-        let server = ApiServer::start(config).await.unwrap();
-        let client = support::client_for(&server).await;
-        let driver = SimDriver::new(SimConfig::default());
-        let kubelet = Kubelet::start(
-            &driver,
-            client.clone(),
-            KubeletConfig {
-                heartbeat_interval: Duration::from_millis(500),
-                ..KubeletConfig::default()
-            },
-        );
-        let (stop, rx) = watch::channel(false);
-        let machines = tokio::spawn(machine::run(
-            client.clone(),
-            Some(client.clone()),
-            Arc::new(driver.clone()),
-            machine::Config {
-                namespace: NAMESPACE.into(),
-                settings: mcm_core::ControllerSettings::default(),
-                concurrency: 8,
-            },
-            machine::Extras::default(),
-            stopped(rx.clone()),
-        ));
-        let sets = tokio::spawn(machineset::run(
-            client.clone(),
-            machineset::Config {
-                namespace: NAMESPACE.into(),
-                concurrency: 4,
-                resync: Duration::from_mins(10),
-                min_ready_seconds: mcm_core::machineset::MinReadySeconds::Ignore,
-            },
-            None,
-            stopped(rx.clone()),
-        ));
-        let deployments = tokio::spawn(machinedeployment::run(
-            client.clone(),
-            Some(client.clone()),
-            machinedeployment::Config {
-                concurrency: 4,
-                ..machinedeployment::Config::new(NAMESPACE)
-            },
-            None,
-            stopped(rx),
-        ));
-        let h = Self {
-            server: Some(server),
-            _dir: dir,
-            client,
-            kubelet: Some(kubelet),
-            stop,
-            tasks: vec![machines, sets, deployments],
-        };
-        h.create_class().await;
-        h
-    }
-
+/// This file's helpers on the shared harness.
+impl Cluster {
     /// Starts the overshoot loop with `period`, `safety_up` 2 and `safety_down`.
     fn start_overshoot(&mut self, period: Duration, safety_down: u32) {
         let config = overshoot::Config {
@@ -122,60 +44,8 @@ impl Harness {
             safety_down,
             ..overshoot::Config::new(NAMESPACE)
         };
-        let task = tokio::spawn(overshoot::run(
-            self.client.clone(),
-            config,
-            stopped(self.stop.subscribe()),
-        ));
-        self.tasks.push(task);
-    }
-
-    async fn stop(mut self) {
-        let _ = self.stop.send(true);
-        for task in self.tasks.drain(..) {
-            let _ = tokio::time::timeout(DEADLINE, task).await;
-        }
-        if let Some(kubelet) = self.kubelet.take() {
-            kubelet.stop().await;
-        }
-        if let Some(server) = self.server.take() {
-            server.shutdown().await;
-        }
-    }
-
-    fn machines(&self) -> Api<Machine> {
-        Api::namespaced(self.client.clone(), NAMESPACE)
-    }
-
-    fn sets(&self) -> Api<MachineSet> {
-        Api::namespaced(self.client.clone(), NAMESPACE)
-    }
-
-    fn deployments(&self) -> Api<MachineDeployment> {
-        Api::namespaced(self.client.clone(), NAMESPACE)
-    }
-
-    async fn create_class(&self) {
-        let secret: Secret = serde_json::from_value(json!({
-            "metadata": { "name": "boot" },
-            "stringData": { "userData": "#!/bin/sh\necho <<MACHINE_NAME>>\n" }
-        }))
-        .unwrap();
-        Api::<Secret>::namespaced(self.client.clone(), NAMESPACE)
-            .create(&PostParams::default(), &secret)
-            .await
-            .unwrap();
-        let class = MachineClassBuilder::new("small")
-            .provider("sim")
-            .provider_spec(
-                json!({ "vmPool": "pool-a", "size": "small", "tags": { "kubernetes.io/cluster/c": "1" } }),
-            )
-            .secret_ref("boot", NAMESPACE)
-            .build();
-        Api::<MachineClass>::namespaced(self.client.clone(), NAMESPACE)
-            .create(&PostParams::default(), &class)
-            .await
-            .unwrap();
+        let client = self.client.clone();
+        self.spawn_loop(|shutdown| overshoot::run(client, config, shutdown));
     }
 
     async fn create_set(&self, name: &str, replicas: i32) {
@@ -404,18 +274,9 @@ fn deployment_condition(deployment: &MachineDeployment) -> Option<&MachineDeploy
         .find(|c| c.r#type == MachineDeploymentConditionType::Frozen && c.status == ConditionStatus::True)
 }
 
-async fn eventually<T, Fut>(what: &str, mut probe: impl FnMut() -> Fut) -> T
-where
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let end = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(tokio::time::Instant::now() < end, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+/// Waits until `probe` gives a value, within this file's deadline.
+async fn eventually<T>(what: &str, probe: impl AsyncFnMut() -> Option<T>) -> T {
+    support::wait_within(DEADLINE, what, probe).await
 }
 
 /// (a) A set of 2 with 5 extra machines (7 ≥ 2·2+2) is frozen: label `freeze=True`, condition Frozen=True
@@ -424,7 +285,7 @@ where
 /// UnfrozeMachineSet) and scales up again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overshooting_set_is_frozen_holds_scale_up_and_unfreezes_when_the_count_falls() {
-    let mut h = Harness::start().await;
+    let mut h = start().await;
     h.start_overshoot(Duration::from_millis(200), 1);
     h.create_set("workers", 2).await;
     h.wait_running("workers", 2).await;
@@ -509,7 +370,7 @@ async fn an_overshooting_set_is_frozen_holds_scale_up_and_unfreezes_when_the_cou
 /// propagates to the deployment (label and condition with the set's reason), and so does the unfreeze.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_freeze_and_unfreeze_propagate_to_the_deployment() {
-    let mut h = Harness::start().await;
+    let mut h = start().await;
     h.start_overshoot(Duration::from_millis(200), 1);
     h.create_deployment("pool", 2).await;
     let set = h.set_of("pool").await;
@@ -548,7 +409,7 @@ async fn a_freeze_and_unfreeze_propagate_to_the_deployment() {
 /// unfrozen (5 is under the upper threshold).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_unfreeze_annotation_unfreezes_a_set_at_once_and_is_removed() {
-    let mut h = Harness::start().await;
+    let mut h = start().await;
     h.start_overshoot(Duration::from_millis(200), 3);
     h.create_set("workers", 2).await;
     h.wait_running("workers", 2).await;
@@ -597,7 +458,7 @@ async fn the_unfreeze_annotation_unfreezes_a_set_at_once_and_is_removed() {
 /// deployment (safety-down 3: upper 5, lower 2; a count of 4 would keep them frozen).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_unfreeze_annotation_on_a_deployment_unfreezes_it_and_its_set() {
-    let mut h = Harness::start().await;
+    let mut h = start().await;
     h.start_overshoot(Duration::from_millis(200), 3);
     h.create_deployment("pool", 2).await;
     let set = h.set_of("pool").await;
@@ -632,7 +493,7 @@ async fn the_unfreeze_annotation_on_a_deployment_unfreezes_it_and_its_set() {
 /// overshooting then is frozen within the test's deadline too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overshooting_sets_are_all_frozen_in_one_pass_and_a_creation_triggers_a_pass() {
-    let mut h = Harness::start().await;
+    let mut h = start().await;
     h.create_set("alpha", 1).await;
     h.create_set("beta", 1).await;
     h.wait_running("alpha", 1).await;

@@ -21,7 +21,10 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
     core::Status,
 };
-use mcm_api::{ClassSpec, Machine, MachineClass, MachineSpec};
+use mcm_api::{
+    Machine, MachineClass,
+    builders::{MachineBuilder, MachineClassBuilder},
+};
 use mcm_apiserver::{ApiServer, Config};
 use tempfile::TempDir;
 
@@ -206,28 +209,20 @@ pub fn meta(name: &str, pairs: &[(&str, &str)]) -> ObjectMeta {
 
 /// A machine of class `small` with these labels.
 pub fn machine(name: &str, pairs: &[(&str, &str)]) -> Machine {
-    Machine {
-        metadata: meta(name, pairs),
-        spec: MachineSpec {
-            class: ClassSpec {
-                kind: "MachineClass".into(),
-                name: "small".into(),
-                ..ClassSpec::default()
-            },
-            ..MachineSpec::default()
-        },
-        status: None,
-    }
+    pairs
+        .iter()
+        .fold(MachineBuilder::new(name).class("small"), |m, (k, v)| {
+            m.label(k, v)
+        })
+        .build()
 }
 
 /// A machine class of the `sim` provider.
 pub fn machine_class(name: &str) -> MachineClass {
-    MachineClass {
-        metadata: meta(name, &[]),
-        provider: "sim".into(),
-        provider_spec: serde_json::json!({ "image": "ubuntu", "size": "small" }),
-        ..MachineClass::default()
-    }
+    MachineClassBuilder::new(name)
+        .provider("sim")
+        .provider_spec(serde_json::json!({ "image": "ubuntu", "size": "small" }))
+        .build()
 }
 
 /// Creates each object, returning them as stored. The objects are moved to the heap at once, so that the

@@ -2,7 +2,9 @@
 //! free port) per test, the sim provider with its kubelet, and the machine controller, which a test can stop, kill
 //! and start again against the same server and provider. Watchers record every version of the objects a test
 //! looks at ([`History`]), and every wait is a poll with a deadline. [`Cluster::start_set_controllers`] adds the
-//! MachineSet and MachineDeployment controllers.
+//! MachineSet and MachineDeployment controllers, [`Cluster::spawn_loop`] any other controller loop. A test that needs
+//! another server, kubelet or controller configuration says so in a [`Setup`] ([`Cluster::start_with`]) instead of
+//! building its own world; a test file adds its own helpers in an `impl Cluster` block of its own.
 
 // Each test crate uses its own part of the harness.
 #![allow(dead_code)]
@@ -23,7 +25,11 @@ use kube::{
     config::{KubeConfigOptions, Kubeconfig},
     runtime::{WatchStreamExt, watcher},
 };
-use mcm_api::{Machine, MachineClass, MachinePhase, keys};
+use mcm_api::{
+    Machine, MachineClass, MachineDeployment, MachinePhase, MachineSet,
+    builders::{MachineBuilder, MachineClassBuilder},
+    keys,
+};
 use mcm_apiserver::{ApiServer, Config as ServerConfig};
 use mcm_controllers::machine::{self, Config};
 use mcm_core::ControllerSettings;
@@ -78,9 +84,74 @@ struct RunningController {
     task: JoinHandle<()>,
 }
 
+/// The future a controller loop is given ([`Cluster::spawn_loop`]): it completes when the loop is to stop.
+pub type Shutdown = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + Sync>>;
+
+/// How [`Cluster::start_with`] sets up a test's world; [`Setup::new`] is what [`Cluster::start`] uses. A test changes
+/// the fields it depends on (`setup.server.watch_delay = ...`) before starting.
+pub struct Setup {
+    /// The machine controller's settings.
+    pub settings: ControllerSettings,
+    /// How many machines the machine controller reconciles at once.
+    pub concurrency: u16,
+    /// The API server's configuration: in memory in the setup's own temporary directory, on a free port, admission
+    /// on, and silent nodes (a vanished VM's) Unknown within seconds.
+    pub server: ServerConfig,
+    /// How often the sim's kubelets heartbeat.
+    pub heartbeat: Duration,
+    dir: tempfile::TempDir,
+}
+
+impl Setup {
+    /// The harness's defaults with the machine controller's `settings`.
+    pub fn new(settings: ControllerSettings) -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let mut server = ServerConfig::new(dir.path());
+        server.in_memory = true;
+        server.node_monitor_grace_period = Duration::from_secs(2);
+        server.node_monitor_period = Duration::from_millis(200);
+        Self {
+            settings,
+            concurrency: 4,
+            server,
+            heartbeat: Duration::from_millis(500),
+            dir,
+        }
+    }
+}
+
+impl Setup {
+    /// The set and deployment tests' setup: the machine controller with the reference's default settings,
+    /// 8 machines at once.
+    pub fn for_sets() -> Self {
+        Self {
+            concurrency: 8,
+            ..Self::new(ControllerSettings::default())
+        }
+    }
+}
+
+/// The providerSpec of a sim class of `size` in the pool `pool-a`.
+pub fn sized_class(size: &str) -> Value {
+    json!({ "vmPool": "pool-a", "size": size, "tags": { "kubernetes.io/cluster/c": "1" } })
+}
+
+/// The MachineSet controller's configuration in the harness: 4 sets at once, a 10 minute resync, minReadySeconds
+/// ignored (the reference's default).
+pub fn set_config() -> mcm_controllers::machineset::Config {
+    mcm_controllers::machineset::Config {
+        namespace: NAMESPACE.into(),
+        concurrency: 4,
+        resync: Duration::from_mins(10),
+        min_ready_seconds: mcm_core::machineset::MinReadySeconds::Ignore,
+    }
+}
+
 /// One test's world: API server, sim provider, kubelet, controller.
 pub struct Cluster {
     server: Option<ApiServer>,
+    /// How the server was started, its port fixed once known ([`Cluster::restart_server`]).
+    server_config: ServerConfig,
     _dir: tempfile::TempDir,
     /// An admin client of the server.
     pub client: Client,
@@ -91,7 +162,9 @@ pub struct Cluster {
     kubelet: Option<KubeletHandle>,
     controller: Option<RunningController>,
     set_controllers: Vec<RunningController>,
+    loops: Vec<RunningController>,
     settings: ControllerSettings,
+    concurrency: u16,
 }
 
 impl Cluster {
@@ -110,34 +183,67 @@ impl Cluster {
     /// [`Cluster::start_without_controller`] with the server's admission of the machine kinds on or off (off: invalid
     /// objects are stored, as on a cluster without the admission policy).
     pub async fn start_with_admission(settings: ControllerSettings, admission: bool) -> Self {
-        let dir = tempfile::tempdir().expect("a temporary directory");
-        let mut config = ServerConfig::new(dir.path());
-        config.in_memory = true;
-        config.machine_admission = admission;
-        // Silent nodes (a vanished VM's) turn Unknown within seconds.
-        config.node_monitor_grace_period = Duration::from_secs(2);
-        config.node_monitor_period = Duration::from_millis(200);
-        let server = ApiServer::start(config).await.expect("the API server starts");
+        let mut setup = Setup::new(settings);
+        setup.server.machine_admission = admission;
+        Self::start_with(setup).await
+    }
+
+    /// The world of the set and deployment tests, from `setup` ([`Setup::for_sets`]): the machine controller, the
+    /// MachineSet controller with `sets`, the MachineDeployment controller (4 deployments at once), and the classes
+    /// `small` and `medium` ([`sized_class`]).
+    pub async fn start_with_set_controllers(setup: Setup, sets: mcm_controllers::machineset::Config) -> Self {
+        let mut cluster = Self::start_with(setup).await;
+        cluster.start_controller();
+        cluster.start_set_controllers_with(
+            sets,
+            mcm_controllers::machinedeployment::Config {
+                concurrency: 4,
+                ..mcm_controllers::machinedeployment::Config::new(NAMESPACE)
+            },
+        );
+        cluster.create_boot_secret().await;
+        for size in ["small", "medium"] {
+            cluster.create_sim_class(size, sized_class(size)).await;
+        }
+        cluster
+    }
+
+    /// Server, provider and kubelet as `setup` says; no controller yet ([`Cluster::start_controller`]).
+    pub async fn start_with(setup: Setup) -> Self {
+        let mut server_config = setup.server;
+        let server = ApiServer::start(server_config.clone())
+            .await
+            .expect("the API server starts");
+        // A restart comes back on the same port, so that every client (kubelets, controllers) finds it again.
+        server_config.port = server
+            .url()
+            .rsplit(':')
+            .next()
+            .and_then(|port| port.parse().ok())
+            .expect("the server's port");
         let client = client_for(&server).await;
         let driver = SimDriver::new(SimConfig::default());
         let kubelet = Kubelet::start(
             &driver,
             client.clone(),
             KubeletConfig {
-                heartbeat_interval: Duration::from_millis(500),
+                heartbeat_interval: setup.heartbeat,
                 ..KubeletConfig::default()
             },
         );
         Self {
             server: Some(server),
-            _dir: dir,
+            server_config,
+            _dir: setup.dir,
             client,
             faults: driver.faults(),
             driver,
             kubelet: Some(kubelet),
             controller: None,
             set_controllers: Vec::new(),
-            settings,
+            loops: Vec::new(),
+            settings: setup.settings,
+            concurrency: setup.concurrency,
         }
     }
 
@@ -146,29 +252,54 @@ impl Cluster {
         self.server.as_ref().expect("the server runs")
     }
 
+    /// Stops the API server (an outage); the rest keeps running.
+    pub async fn stop_server(&mut self) {
+        if let Some(server) = self.server.take() {
+            server.shutdown().await;
+        }
+    }
+
+    /// Starts the API server again with the same configuration, on the same port (with [`Setup::server`] on disk,
+    /// everything stored comes back).
+    pub async fn restart_server(&mut self) {
+        assert!(self.server.is_none(), "the server is stopped first");
+        self.server = Some(
+            ApiServer::start(self.server_config.clone())
+                .await
+                .expect("the API server starts again"),
+        );
+    }
+
     /// Starts a machine controller (a new one: nothing in memory from an earlier one) against the same server and
     /// provider.
     pub fn start_controller(&mut self) {
-        self.spawn_controller(None, None);
+        self.spawn_controller(machine::Extras::default(), None);
     }
 
     /// [`Cluster::start_controller`] talking to the provider through `driver` (e.g. a gRPC client of the sim served
     /// on a socket) instead of the sim in process.
     pub fn start_controller_with_driver(&mut self, driver: Arc<dyn mcm_driver::Driver>) {
-        self.spawn_controller(None, Some(driver));
+        self.spawn_controller(machine::Extras::default(), Some(driver));
     }
 
     /// [`Cluster::start_controller`] with `metrics`: the machine cache feeds it at scrape time, the step durations
     /// and the reconciles are recorded in it.
     pub fn start_controller_with_metrics(&mut self, metrics: Arc<mcm_controllers::metrics::Metrics>) {
-        self.spawn_controller(Some(metrics), None);
+        self.spawn_controller(
+            machine::Extras {
+                metrics: Some(metrics),
+                ..machine::Extras::default()
+            },
+            None,
+        );
     }
 
-    fn spawn_controller(
-        &mut self,
-        metrics: Option<Arc<mcm_controllers::metrics::Metrics>>,
-        driver: Option<Arc<dyn mcm_driver::Driver>>,
-    ) {
+    /// [`Cluster::start_controller`] with `extras` (a reachability freeze, metrics, an orphan collection trigger).
+    pub fn start_controller_with_extras(&mut self, extras: machine::Extras) {
+        self.spawn_controller(extras, None);
+    }
+
+    fn spawn_controller(&mut self, extras: machine::Extras, driver: Option<Arc<dyn mcm_driver::Driver>>) {
         assert!(self.controller.is_none(), "one controller at a time");
         let driver = driver.unwrap_or_else(|| Arc::new(self.driver.clone()));
         let (stop, stopped) = oneshot::channel::<()>();
@@ -179,17 +310,27 @@ impl Cluster {
             Config {
                 namespace: NAMESPACE.into(),
                 settings: self.settings.clone(),
-                concurrency: 4,
+                concurrency: self.concurrency,
             },
-            machine::Extras {
-                metrics,
-                ..machine::Extras::default()
-            },
+            extras,
             async move {
                 let _ = stopped.await;
             },
         ));
         self.controller = Some(RunningController { stop, task });
+    }
+
+    /// Runs a further controller loop (overshoot, references, reachability) until [`Cluster::stop`]: `run` is given
+    /// the future that completes when the loop is to stop.
+    pub fn spawn_loop<F>(&mut self, run: impl FnOnce(Shutdown) -> F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(run(Box::pin(async move {
+            let _ = stopped.await;
+        })));
+        self.loops.push(RunningController { stop, task });
     }
 
     /// Starts the MachineSet and MachineDeployment controllers (the deployment controller with `config`, the node
@@ -208,27 +349,45 @@ impl Cluster {
         self.spawn_set_controllers(config, Some(metrics));
     }
 
+    /// Starts the MachineSet controller with `sets` and the MachineDeployment controller with `deployments`.
+    pub fn start_set_controllers_with(
+        &mut self,
+        sets: mcm_controllers::machineset::Config,
+        deployments: mcm_controllers::machinedeployment::Config,
+    ) {
+        self.spawn_set_controller(sets, None);
+        self.spawn_deployment_controller(deployments, None);
+    }
+
+    /// Starts the MachineSet controller alone with `config` (no deployment controller).
+    pub fn start_set_controller(&mut self, config: mcm_controllers::machineset::Config) {
+        self.spawn_set_controller(config, None);
+    }
+
     fn spawn_set_controllers(
         &mut self,
         config: mcm_controllers::machinedeployment::Config,
         metrics: Option<Arc<mcm_controllers::metrics::Metrics>>,
     ) {
+        self.spawn_set_controller(set_config(), metrics.clone());
+        self.spawn_deployment_controller(config, metrics);
+    }
+
+    fn spawn_set_controller(
+        &mut self,
+        config: mcm_controllers::machineset::Config,
+        metrics: Option<Arc<mcm_controllers::metrics::Metrics>>,
+    ) {
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(mcm_controllers::machineset::run(
             self.client.clone(),
-            mcm_controllers::machineset::Config {
-                namespace: NAMESPACE.into(),
-                concurrency: 4,
-                resync: Duration::from_mins(10),
-                min_ready_seconds: mcm_core::machineset::MinReadySeconds::Ignore,
-            },
-            metrics.clone(),
+            config,
+            metrics,
             async move {
                 let _ = stopped.await;
             },
         ));
         self.set_controllers.push(RunningController { stop, task });
-        self.spawn_deployment_controller(config, metrics);
     }
 
     /// Starts the MachineDeployment controller alone (no MachineSet controller: the sets' machines and statuses are
@@ -284,7 +443,7 @@ impl Cluster {
 
     /// Stops everything.
     pub async fn stop(mut self) {
-        for controller in self.set_controllers.drain(..) {
+        for controller in self.loops.drain(..).chain(self.set_controllers.drain(..)) {
             let _ = controller.stop.send(());
             let _ = tokio::time::timeout(DEADLINE, controller.task).await;
         }
@@ -312,8 +471,32 @@ impl Cluster {
         Api::namespaced(self.client.clone(), NAMESPACE)
     }
 
+    /// The sets.
+    pub fn sets(&self) -> Api<MachineSet> {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
+    /// The deployments.
+    pub fn deployments(&self) -> Api<MachineDeployment> {
+        Api::namespaced(self.client.clone(), NAMESPACE)
+    }
+
     /// The class secret `boot` and the class [`CLASS`] (a valid sim providerSpec).
     pub async fn create_class(&self) {
+        self.create_boot_secret().await;
+        self.create_sim_class(
+            CLASS,
+            json!({
+                "vmPool": "pool",
+                "size": "small",
+                "tags": { "kubernetes.io/cluster/test": "1", "kubernetes.io/role/node": "1" }
+            }),
+        )
+        .await;
+    }
+
+    /// The class secret `boot`: the userData every class of the harness refers to.
+    pub async fn create_boot_secret(&self) {
         let secret: Secret = serde_json::from_value(json!({
             "metadata": { "name": "boot" },
             "stringData": { "userData": "#!/bin/sh\necho <<MACHINE_NAME>>\n" }
@@ -323,17 +506,15 @@ impl Cluster {
             .create(&PostParams::default(), &secret)
             .await
             .expect("the secret is created");
-        let class: MachineClass = serde_json::from_value(json!({
-            "metadata": { "name": CLASS },
-            "provider": "sim",
-            "providerSpec": {
-                "vmPool": "pool",
-                "size": "small",
-                "tags": { "kubernetes.io/cluster/test": "1", "kubernetes.io/role/node": "1" }
-            },
-            "secretRef": { "name": "boot", "namespace": NAMESPACE }
-        }))
-        .expect("a class");
+    }
+
+    /// A sim class `name` with `provider_spec`, its userData in the secret `boot` ([`Cluster::create_boot_secret`]).
+    pub async fn create_sim_class(&self, name: &str, provider_spec: Value) {
+        let class = MachineClassBuilder::new(name)
+            .provider("sim")
+            .provider_spec(provider_spec)
+            .secret_ref("boot", NAMESPACE)
+            .build();
         self.classes()
             .create(&PostParams::default(), &class)
             .await
@@ -342,8 +523,15 @@ impl Cluster {
 
     /// A machine of [`CLASS`] as a user writes it: name and class only.
     pub async fn create_machine(&self, name: &str) -> Machine {
-        self.create_machine_from(json!({ "metadata": { "name": name } }))
+        self.create_built(MachineBuilder::new(name)).await
+    }
+
+    /// The machine `machine` describes, of [`CLASS`] (the class is filled in).
+    pub async fn create_built(&self, machine: MachineBuilder) -> Machine {
+        self.machines()
+            .create(&PostParams::default(), &machine.class(CLASS).build())
             .await
+            .expect("the machine is created")
     }
 
     /// A machine of [`CLASS`] from `value` (metadata and spec fields to add; the class is filled in).
@@ -409,8 +597,13 @@ impl Cluster {
 }
 
 /// Polls `check` until it gives a value; panics naming `what` after [`DEADLINE`].
-pub async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
-    tokio::time::timeout(DEADLINE, async {
+pub async fn wait_for<T>(what: &str, check: impl AsyncFnMut() -> Option<T>) -> T {
+    wait_within(DEADLINE, what, check).await
+}
+
+/// [`wait_for`] with a deadline of `deadline` (a test whose waits take longer on a busy machine).
+pub async fn wait_within<T>(deadline: Duration, what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    tokio::time::timeout(deadline, async {
         loop {
             if let Some(value) = check().await {
                 return value;
@@ -419,7 +612,7 @@ pub async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) 
         }
     })
     .await
-    .unwrap_or_else(|_| panic!("timed out after {DEADLINE:?} waiting for {what}"))
+    .unwrap_or_else(|_| panic!("timed out after {deadline:?} waiting for {what}"))
 }
 
 /// Watches `window` long for `check` to give a value, and returns it if it does: for assertions that something
