@@ -41,7 +41,10 @@ fn has_preserved_taint(node: &Node) -> bool {
     node.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
-        .is_some_and(|t| t.iter().any(|t| t.key == taints::PRESERVED && t.effect == "NoSchedule"))
+        .is_some_and(|t| {
+            t.iter()
+                .any(|t| t.key == taints::PRESERVED && t.effect == "NoSchedule")
+        })
 }
 
 fn annotation<'a>(meta: &'a kube::api::ObjectMeta, key: &str) -> Option<&'a str> {
@@ -65,6 +68,46 @@ async fn annotate_node(cluster: &Cluster, name: &str, value: Option<&str>) {
         )
         .await
         .expect("the node is annotated");
+}
+
+/// A MachineSet `workers` of one machine; returns the machine once Running.
+async fn one_machine_set(cluster: &Cluster) -> Machine {
+    let set = MachineSetBuilder::new("workers")
+        .replicas(1)
+        .matching([("pool", "workers")])
+        .class(CLASS)
+        .build();
+    Api::<MachineSet>::namespaced(cluster.client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &set)
+        .await
+        .expect("the set is created");
+    wait_for("the set's machine Running", async || {
+        let list = cluster.machines().list(&ListParams::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .find(|m| m.phase() == Some(MachinePhase::Running))
+    })
+    .await
+}
+
+/// Two pods on `node`: `work` (to be evicted) and `agent`, controlled by a DaemonSet (to stay).
+async fn create_pods(cluster: &Cluster, node: &str) -> Api<Pod> {
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    for (pod, daemon) in [("work", false), ("agent", true)] {
+        let mut value = json!({
+            "metadata": {"name": pod},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}
+        });
+        if daemon {
+            value["metadata"]["ownerReferences"] = json!([{
+                "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "ds-uid", "controller": true
+            }]);
+        }
+        pods.create(&PostParams::default(), &serde_json::from_value(value).unwrap())
+            .await
+            .expect("the pod is created");
+    }
+    pods
 }
 
 /// "now" on the node: the machine gets `preserveExpiryTime` (now + `machinePreserveTimeout`) and records the node's
@@ -97,12 +140,22 @@ async fn now_on_the_node_preserves_until_the_expiry_which_undoes_it() {
     let (_, reason, message) = preserved_condition(&marked).unwrap();
     assert_eq!(reason, "Preserved by user.");
     assert!(message.starts_with("Machine preserved until "), "{message}");
-    assert_eq!(annotation(&marked.metadata, annotations::SCALE_DOWN_DISABLED), Some("true"));
-    assert_eq!(annotation(&marked.metadata, annotations::SCALE_DOWN_DISABLED_BY_MCM), Some("true"));
-    assert!(!has_preserved_taint(&marked), "a Running machine's node is not tainted");
+    assert_eq!(
+        annotation(&marked.metadata, annotations::SCALE_DOWN_DISABLED),
+        Some("true")
+    );
+    assert_eq!(
+        annotation(&marked.metadata, annotations::SCALE_DOWN_DISABLED_BY_MCM),
+        Some("true")
+    );
+    assert!(
+        !has_preserved_taint(&marked),
+        "a Running machine's node is not tainted"
+    );
 
     let stopped = wait_node(&cluster, &node, "preservation stopped", |n| {
-        preserved_condition(n).is_some_and(|(status, reason, _)| status == "False" && reason == "Preservation stopped.")
+        preserved_condition(n)
+            .is_some_and(|(status, reason, _)| status == "False" && reason == "Preservation stopped.")
     })
     .await;
     let unmarked = wait_node(&cluster, &node, "annotations removed", |n| {
@@ -138,42 +191,16 @@ async fn a_failed_machine_preserved_when_failed_is_kept_drained_and_released_on_
     cluster.create_class().await;
     cluster.start_set_controllers(machinedeployment::Config::new(NAMESPACE));
     let history = History::<Machine>::start(cluster.machines()).await;
-    let set = MachineSetBuilder::new("workers")
-        .replicas(1)
-        .matching([("pool", "workers")])
-        .class(CLASS)
-        .build();
-    Api::<MachineSet>::namespaced(cluster.client.clone(), NAMESPACE)
-        .create(&PostParams::default(), &set)
-        .await
-        .expect("the set is created");
-    let machine = wait_for("the set's machine Running", async || {
-        let list = cluster.machines().list(&ListParams::default()).await.ok()?;
-        list.items
-            .into_iter()
-            .find(|m| m.phase() == Some(MachinePhase::Running))
-    })
-    .await;
+    let machine = one_machine_set(&cluster).await;
     let name = machine.name_any();
     let node = node_label(&machine).expect("a node").to_owned();
     cluster
-        .patch_machine(&name, json!({"metadata": {"annotations": {annotations::PRESERVE: "when-failed"}}}))
+        .patch_machine(
+            &name,
+            json!({"metadata": {"annotations": {annotations::PRESERVE: "when-failed"}}}),
+        )
         .await;
-    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NAMESPACE);
-    for (pod, daemon) in [("work", false), ("agent", true)] {
-        let mut value = json!({
-            "metadata": {"name": pod},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}
-        });
-        if daemon {
-            value["metadata"]["ownerReferences"] = json!([{
-                "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "ds-uid", "controller": true
-            }]);
-        }
-        pods.create(&PostParams::default(), &serde_json::from_value(value).unwrap())
-            .await
-            .expect("the pod is created");
-    }
+    let pods = create_pods(&cluster, &node).await;
     // Running with "when-failed": not preserved.
     assert!(
         watch_window(Duration::from_secs(1), async || {
@@ -196,19 +223,25 @@ async fn a_failed_machine_preserved_when_failed_is_kept_drained_and_released_on_
     .await;
     let (_, reason, message) = preserved_condition(&drained).unwrap();
     assert_eq!(reason, "Preserved by user.");
-    assert!(message.starts_with("Preserved node drained successfully. Machine preserved until "), "{message}");
+    assert!(
+        message.starts_with("Preserved node drained successfully. Machine preserved until "),
+        "{message}"
+    );
     assert!(has_preserved_taint(&drained));
     assert_ne!(
         drained.spec.as_ref().and_then(|s| s.unschedulable),
         Some(true),
         "tainted, not cordoned"
     );
-    assert_eq!(annotation(&drained.metadata, annotations::SCALE_DOWN_DISABLED), Some("true"));
+    assert_eq!(
+        annotation(&drained.metadata, annotations::SCALE_DOWN_DISABLED),
+        Some("true")
+    );
     wait_for("the pod evicted", async || {
-        pods.get_opt("work")
-            .await
-            .ok()
-            .and_then(|p| p.is_none_or(|p| p.metadata.deletion_timestamp.is_some()).then_some(()))
+        pods.get_opt("work").await.ok().and_then(|p| {
+            p.is_none_or(|p| p.metadata.deletion_timestamp.is_some())
+                .then_some(())
+        })
     })
     .await;
     let agent = pods.get("agent").await.expect("the DaemonSet pod stays");
@@ -226,23 +259,30 @@ async fn a_failed_machine_preserved_when_failed_is_kept_drained_and_released_on_
     cluster.wait_phase(&name, MachinePhase::Running).await;
     let released = wait_node(&cluster, &node, "preservation stopped", |n| {
         !has_preserved_taint(n)
-            && preserved_condition(n).is_some_and(|(status, reason, _)| status == "False" && reason == "Preservation stopped.")
+            && preserved_condition(n)
+                .is_some_and(|(status, reason, _)| status == "False" && reason == "Preservation stopped.")
             && annotation(&n.metadata, annotations::SCALE_DOWN_DISABLED).is_none()
     })
     .await;
     assert!(!has_preserved_taint(&released));
     cluster
         .wait_machine(&name, "expiry cleared, annotation kept", |m| {
-            m.preserve_expiry().is_none() && annotation(&m.metadata, annotations::PRESERVE) == Some("when-failed")
+            m.preserve_expiry().is_none()
+                && annotation(&m.metadata, annotations::PRESERVE) == Some("when-failed")
         })
         .await;
 
     let versions = history.versions();
     assert!(
-        versions.iter().all(|v| !v.deleted && v.object.metadata.deletion_timestamp.is_none()),
+        versions
+            .iter()
+            .all(|v| !v.deleted && v.object.metadata.deletion_timestamp.is_none()),
         "no machine was deleted"
     );
-    let names: std::collections::BTreeSet<String> = versions.iter().filter_map(|v| v.object.metadata.name.clone()).collect();
+    let names: std::collections::BTreeSet<String> = versions
+        .iter()
+        .filter_map(|v| v.object.metadata.name.clone())
+        .collect();
     assert_eq!(names.len(), 1, "one machine only: {names:?}");
     cluster.stop().await;
 }
@@ -254,12 +294,16 @@ async fn the_node_value_wins_and_false_stops_preservation() {
     let cluster = Cluster::start(settings()).await;
     cluster.create_class().await;
     cluster
-        .create_machine_from(json!({"metadata": {"name": "m", "annotations": {annotations::PRESERVE: "now"}}}))
+        .create_machine_from(
+            json!({"metadata": {"name": "m", "annotations": {annotations::PRESERVE: "now"}}}),
+        )
         .await;
     let running = cluster.wait_phase("m", MachinePhase::Running).await;
     let node = node_label(&running).expect("a node").to_owned();
     cluster
-        .wait_machine("m", "preserved by its own annotation", |m| m.preserve_expiry().is_some())
+        .wait_machine("m", "preserved by its own annotation", |m| {
+            m.preserve_expiry().is_some()
+        })
         .await;
     wait_node(&cluster, &node, "Preserved=True", |n| {
         preserved_condition(n).is_some_and(|(status, _, _)| status == "True")

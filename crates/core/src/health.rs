@@ -707,8 +707,7 @@ mod tests {
     fn a_preserved_failed_machine_whose_node_recovered_returns_to_running() {
         let n = node(healthy_conditions());
         let mut m = machine(MachinePhase::Failed, CREATED, healthy_conditions());
-        m.status.as_mut().unwrap().current_status.preserve_expiry_time =
-            Some(Time(at(CREATED + 3600)));
+        m.status.as_mut().unwrap().current_status.preserve_expiry_time = Some(Time(at(CREATED + 3600)));
         let p = plan(&m, Some(&n), CREATED + 10);
         assert_eq!(p.transition, HealthTransition::Joined { first: false });
         let status = p.status.expect("a status");

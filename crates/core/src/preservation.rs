@@ -191,7 +191,9 @@ pub fn plan(input: &PreservationInput<'_>) -> PreservationPlan {
     };
     let bound = expiry(machine).is_some()
         || machine.annotation(annotations::PRESERVE).is_some()
-        || input.node.is_some_and(|n| n.annotation(annotations::PRESERVE).is_some())
+        || input
+            .node
+            .is_some_and(|n| n.annotation(annotations::PRESERVE).is_some())
         || machine
             .annotation(annotations::LAST_APPLIED_NODE_PRESERVE_VALUE)
             .is_some_and(|v| !v.is_empty());
@@ -203,9 +205,8 @@ pub fn plan(input: &PreservationInput<'_>) -> PreservationPlan {
     let expired = expiry(machine).is_some_and(|t| t <= input.now);
     let decision = match effective.value {
         None | Some(PreserveValue::False) => Decision::Stop { forget: false },
-        Some(PreserveValue::WhenFailed) if expired => Decision::Stop { forget: true },
+        Some(PreserveValue::WhenFailed | PreserveValue::Now) if expired => Decision::Stop { forget: true },
         Some(PreserveValue::WhenFailed) if !failed => Decision::Stop { forget: false },
-        Some(PreserveValue::Now) if expired => Decision::Stop { forget: true },
         Some(PreserveValue::AutoPreserved) if !failed || expired => Decision::Stop { forget: true },
         Some(value) => Decision::Preserve(value),
     };
@@ -302,7 +303,10 @@ fn stop(input: &PreservationInput<'_>, forget: bool, out: &mut PreservationPlan)
     if forget {
         let machine = input.machine;
         let mut remove = Map::new();
-        for key in [annotations::PRESERVE, annotations::LAST_APPLIED_NODE_PRESERVE_VALUE] {
+        for key in [
+            annotations::PRESERVE,
+            annotations::LAST_APPLIED_NODE_PRESERVE_VALUE,
+        ] {
             if machine.annotation(key).is_some() {
                 remove.insert(key.into(), Value::Null);
             }
@@ -390,11 +394,8 @@ pub fn preserved_condition_of(node: &Node) -> Option<&NodeCondition> {
 
 /// Whether the node of a preserved Failed machine was drained already (its condition says so).
 fn drained(node: &Node) -> bool {
-    preserved_condition_of(node).is_some_and(|c| {
-        c.message
-            .as_deref()
-            .is_some_and(|m| m.contains(DRAIN_SUCCESSFUL))
-    })
+    preserved_condition_of(node)
+        .is_some_and(|c| c.message.as_deref().is_some_and(|m| m.contains(DRAIN_SUCCESSFUL)))
 }
 
 /// How the drain of a preserved Failed machine's node went.
@@ -451,7 +452,9 @@ pub fn preserved_condition(
         PRESERVED_BY_USER
     };
     if existing.is_some_and(|c| {
-        c.status == status && c.message.as_deref() == Some(message.as_str()) && c.reason.as_deref() == Some(reason)
+        c.status == status
+            && c.message.as_deref() == Some(message.as_str())
+            && c.reason.as_deref() == Some(reason)
     }) {
         return None;
     }

@@ -3,7 +3,7 @@ use mcm_api::builders::{MachineBuilder, NodeBuilder};
 
 use super::*;
 
-const HOUR: Duration = Duration::from_secs(3600);
+const HOUR: Duration = Duration::from_hours(1);
 
 fn at(second: i64) -> Timestamp {
     Timestamp::from_second(second).unwrap()
@@ -42,7 +42,10 @@ fn a_machine_without_annotations_or_expiry_is_left_alone() {
     let n = node().build();
     let p = decide(&m, Some(&n), 1000);
     assert_eq!(p.decision, Some(Decision::Untouched));
-    assert_eq!((p.expiry, p.node_patch, p.machine_patch, p.drain), (None, None, None, false));
+    assert_eq!(
+        (p.expiry, p.node_patch, p.machine_patch, p.drain),
+        (None, None, None, false)
+    );
 }
 
 #[test]
@@ -55,9 +58,18 @@ fn now_on_a_running_machine_sets_the_expiry_and_the_autoscaler_annotations_witho
     assert_eq!(p.decision, Some(Decision::Preserve(PreserveValue::Now)));
     assert_eq!(p.expiry, Some(Some(at(1000 + 3600))));
     let patch = p.node_patch.expect("a node patch");
-    assert_eq!(patch["metadata"]["annotations"][annotations::SCALE_DOWN_DISABLED], "true");
-    assert_eq!(patch["metadata"]["annotations"][annotations::SCALE_DOWN_DISABLED_BY_MCM], "true");
-    assert!(patch.get("spec").is_none(), "no taint on a Running machine's node: {patch}");
+    assert_eq!(
+        patch["metadata"]["annotations"][annotations::SCALE_DOWN_DISABLED],
+        "true"
+    );
+    assert_eq!(
+        patch["metadata"]["annotations"][annotations::SCALE_DOWN_DISABLED_BY_MCM],
+        "true"
+    );
+    assert!(
+        patch.get("spec").is_none(),
+        "no taint on a Running machine's node: {patch}"
+    );
     assert!(!p.drain);
     assert_eq!(p.requeue_after, Some(Duration::from_secs(3601)));
 }
@@ -83,7 +95,10 @@ fn when_failed_waits_for_the_failure_then_taints_and_drains() {
     assert_eq!(taints.len(), 2, "the other taint is kept: {patch}");
     assert_eq!(taints[1]["key"], taints::PRESERVED);
     assert_eq!(taints[1]["effect"], "NoSchedule");
-    assert_eq!(patch["metadata"]["resourceVersion"], "7", "the list write is guarded");
+    assert_eq!(
+        patch["metadata"]["resourceVersion"], "7",
+        "the list write is guarded"
+    );
 }
 
 #[test]
@@ -94,10 +109,12 @@ fn a_drained_node_is_not_drained_again() {
         .build();
     let n = node()
         .taint(taints::PRESERVED, None, "NoSchedule")
-        .with(|n| n.status = Some(k8s_openapi::api::core::v1::NodeStatus {
-            conditions: Some(vec![drained_condition()]),
-            ..Default::default()
-        }))
+        .with(|n| {
+            n.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+                conditions: Some(vec![drained_condition()]),
+                ..Default::default()
+            });
+        })
         .annotation(annotations::SCALE_DOWN_DISABLED, "true")
         .build();
     let p = decide(&m, Some(&n), 1000);
@@ -115,7 +132,10 @@ fn the_node_value_wins_and_is_recorded_on_the_machine() {
     let p = decide(&m, Some(&n), 1000);
     assert_eq!(p.decision, Some(Decision::Preserve(PreserveValue::Now)));
     let patch = p.machine_patch.unwrap();
-    assert_eq!(patch["metadata"]["annotations"][annotations::PRESERVE], Value::Null);
+    assert_eq!(
+        patch["metadata"]["annotations"][annotations::PRESERVE],
+        Value::Null
+    );
     assert_eq!(
         patch["metadata"]["annotations"][annotations::LAST_APPLIED_NODE_PRESERVE_VALUE],
         "now"
@@ -137,9 +157,15 @@ fn a_node_annotation_removed_while_we_were_away_stops_preservation() {
     assert_eq!(p.decision, Some(Decision::Stop { forget: false }));
     assert_eq!(p.expiry, Some(None));
     let stopped = p.stopped_condition.unwrap();
-    assert_eq!((stopped.status.as_str(), stopped.reason.as_deref()), ("False", Some(PRESERVATION_STOPPED)));
+    assert_eq!(
+        (stopped.status.as_str(), stopped.reason.as_deref()),
+        ("False", Some(PRESERVATION_STOPPED))
+    );
     let patch = p.node_patch.unwrap();
-    assert_eq!(patch["metadata"]["annotations"][annotations::SCALE_DOWN_DISABLED], Value::Null);
+    assert_eq!(
+        patch["metadata"]["annotations"][annotations::SCALE_DOWN_DISABLED],
+        Value::Null
+    );
     let machine_patch = p.machine_patch.unwrap();
     assert_eq!(
         machine_patch["metadata"]["annotations"][annotations::LAST_APPLIED_NODE_PRESERVE_VALUE],
@@ -150,7 +176,9 @@ fn a_node_annotation_removed_while_we_were_away_stops_preservation() {
 #[test]
 fn an_autoscaler_annotation_someone_else_set_is_left_on_stop() {
     let m = machine(MachinePhase::Running).preserved_until(at(5000)).build();
-    let n = node().annotation(annotations::SCALE_DOWN_DISABLED, "true").build();
+    let n = node()
+        .annotation(annotations::SCALE_DOWN_DISABLED, "true")
+        .build();
     let p = decide(&m, Some(&n), 1000);
     assert_eq!(p.decision, Some(Decision::Stop { forget: false }));
     assert_eq!(p.node_patch, None);
@@ -170,7 +198,10 @@ fn expiry_stops_preservation_removes_the_annotations_and_the_taint() {
     assert_eq!(p.decision, Some(Decision::Stop { forget: true }));
     assert_eq!(p.expiry, Some(None));
     let patch = p.node_patch.unwrap();
-    assert_eq!(patch["metadata"]["annotations"][annotations::PRESERVE], Value::Null);
+    assert_eq!(
+        patch["metadata"]["annotations"][annotations::PRESERVE],
+        Value::Null
+    );
     assert_eq!(patch["spec"]["taints"], json!([]));
     let machine_patch = p.machine_patch.unwrap();
     assert_eq!(
@@ -203,7 +234,10 @@ fn a_recovered_auto_preserved_machine_stops_and_forgets() {
         .build();
     let p = decide(&m, None, 1000);
     assert_eq!(p.decision, Some(Decision::Stop { forget: true }));
-    assert_eq!(p.machine_patch.unwrap()["metadata"]["annotations"][annotations::PRESERVE], Value::Null);
+    assert_eq!(
+        p.machine_patch.unwrap()["metadata"]["annotations"][annotations::PRESERVE],
+        Value::Null
+    );
     assert_eq!(p.expiry, Some(None));
 }
 
@@ -252,9 +286,19 @@ fn the_condition_follows_the_phase_the_drain_and_who_preserved() {
     .unwrap();
     assert_eq!(c.status, "True");
     assert_eq!(c.reason.as_deref(), Some(PRESERVED_BY_USER));
-    assert_eq!(c.message.as_deref(), Some("Machine preserved until 1970-01-01 01:16:40 +0000 UTC."));
     assert_eq!(
-        preserved_condition(Some(MachinePhase::Running), PreserveValue::Now, until, Some(&c), DrainResult::NotNeeded, at(2000)),
+        c.message.as_deref(),
+        Some("Machine preserved until 1970-01-01 01:16:40 +0000 UTC.")
+    );
+    assert_eq!(
+        preserved_condition(
+            Some(MachinePhase::Running),
+            PreserveValue::Now,
+            until,
+            Some(&c),
+            DrainResult::NotNeeded,
+            at(2000)
+        ),
         None,
         "written once"
     );

@@ -98,7 +98,11 @@ pub(super) async fn manage_preservation(
 }
 
 /// Writes or clears `status.currentStatus.preserveExpiryTime`.
-async fn write_expiry(machine: &Machine, expiry: Option<jiff::Timestamp>, ctx: &Context) -> Result<(), Error> {
+async fn write_expiry(
+    machine: &Machine,
+    expiry: Option<jiff::Timestamp>,
+    ctx: &Context,
+) -> Result<(), Error> {
     let name = machine.name_any();
     let written = ctx
         .machine_api()
@@ -117,7 +121,11 @@ async fn write_expiry(machine: &Machine, expiry: Option<jiff::Timestamp>, ctx: &
 }
 
 /// Applies the machine's annotation patch.
-async fn patch_machine(machine: &Machine, patch: Option<&serde_json::Value>, ctx: &Context) -> Result<(), Error> {
+async fn patch_machine(
+    machine: &Machine,
+    patch: Option<&serde_json::Value>,
+    ctx: &Context,
+) -> Result<(), Error> {
     let Some(patch) = patch else { return Ok(()) };
     let name = machine.name_any();
     let written = ctx

@@ -52,8 +52,7 @@ pub(super) struct VmView {
 /// The conditions the node reports (without times): kubelet's, faults applied.
 fn desired_conditions(faults: Option<&NodeFaults>) -> Vec<NodeCondition> {
     let forced = faults.map(|f| &f.conditions);
-    let fault =
-        |type_: &str, status: &str| condition(type_, status, FAULT_REASON, "set by fault injection");
+    let fault = |type_: &str, status: &str| condition(type_, status, FAULT_REASON, "set by fault injection");
     node_report::reported_conditions(
         |kubelet| match forced.and_then(|f| f.get(kubelet.type_)).map(|s| s.as_str()) {
             Some(status) if status != kubelet.status => {
