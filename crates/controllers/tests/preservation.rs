@@ -330,3 +330,80 @@ async fn the_node_value_wins_and_false_stops_preservation() {
     );
     cluster.stop().await;
 }
+
+/// `autoPreserveFailedMachineMax: 1`: the set's machine that fails is annotated `auto-preserved` by the set and
+/// preserved by the machine controller (`Preserved by MCM.`), kept (not replaced), counted in
+/// `autoPreserveFailedMachineCount` and `preservedFailedReplicas`. Lowering the max to 0 takes the annotation off;
+/// the preservation stops and the set replaces the Failed machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_auto_preserves_its_failed_machine_up_to_its_max() {
+    let mut settings = settings();
+    settings.machine_health_timeout = Duration::from_secs(2);
+    let mut cluster = Cluster::start(settings).await;
+    cluster.create_class().await;
+    cluster.start_set_controllers(machinedeployment::Config::new(NAMESPACE));
+    let sets: Api<MachineSet> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let machine = one_machine_set(&cluster).await;
+    sets.patch(
+        "workers",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"autoPreserveFailedMachineMax": 1}})),
+    )
+    .await
+    .expect("the max is set");
+    let name = machine.name_any();
+    let node = node_label(&machine).expect("a node").to_owned();
+
+    cluster.faults.set_node_not_ready(&node);
+    let preserved = cluster
+        .wait_machine(&name, "auto-preserved", |m| {
+            m.preserve_expiry().is_some()
+                && annotation(&m.metadata, annotations::PRESERVE) == Some("auto-preserved")
+        })
+        .await;
+    assert_eq!(preserved.phase(), Some(MachinePhase::Failed));
+    let marked = wait_node(&cluster, &node, "Preserved by MCM.", |n| {
+        preserved_condition(n).is_some_and(|(_, reason, _)| reason == "Preserved by MCM.")
+    })
+    .await;
+    assert!(has_preserved_taint(&marked));
+    wait_for("the set counts it", async || {
+        let status = sets.get("workers").await.ok()?.status?;
+        (status.auto_preserve_failed_machine_count == Some(1) && status.preserved_failed_replicas == 1)
+            .then_some(())
+    })
+    .await;
+    let replaced = watch_window(Duration::from_secs(2), async || {
+        let list = cluster.machines().list(&ListParams::default()).await.ok()?;
+        (list.items.len() != 1).then_some(list.items.len())
+    })
+    .await;
+    assert_eq!(replaced, None, "no replacement while auto-preserved");
+
+    sets.patch(
+        "workers",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"autoPreserveFailedMachineMax": 0}})),
+    )
+    .await
+    .expect("the max is lowered");
+    wait_for("the Failed machine replaced", async || {
+        let list = cluster.machines().list(&ListParams::default()).await.ok()?;
+        let old_gone = list
+            .items
+            .iter()
+            .all(|m| m.name_any() != name || m.metadata.deletion_timestamp.is_some());
+        let new_running = list
+            .items
+            .iter()
+            .any(|m| m.name_any() != name && m.phase() == Some(MachinePhase::Running));
+        (old_gone && new_running).then_some(())
+    })
+    .await;
+    wait_for("the count back to none", async || {
+        let status = sets.get("workers").await.ok()?.status.unwrap_or_default();
+        status.auto_preserve_failed_machine_count.is_none().then_some(())
+    })
+    .await;
+    cluster.stop().await;
+}

@@ -15,6 +15,7 @@
 //!
 //! Everything here is pure: the current time and the random seed of the Random delete policy are parameters.
 
+mod auto_preservation;
 mod common;
 mod deletion_order;
 mod expectations;
@@ -27,6 +28,7 @@ mod tests;
 
 use std::time::Duration;
 
+pub use auto_preservation::{auto_preservation, auto_preserved_count};
 pub use deletion_order::{
     DeletePolicy, DeletePolicyError, DeletionKey, DeletionOrder, PolicySource, delete_policy,
     keeps_failed_machine, marked_for_deletion_at, phase_rank,
