@@ -104,6 +104,13 @@ pub mod taints {
     pub const PREFER_NO_SCHEDULE: &str = super::annotations::PREFER_NO_SCHEDULE;
 }
 
+/// Node condition types the controllers write.
+pub mod node_conditions {
+    /// On the node of a preserved machine: `True` while preserved (a Failed machine's node once drained), `False`
+    /// with reason `Preservation stopped.` afterwards.
+    pub const PRESERVED: &str = "Preserved";
+}
+
 /// Placeholders and keys of the boot secret.
 pub mod user_data {
     /// The secret key holding the boot script.

@@ -147,7 +147,8 @@ pub(crate) struct ControllerFlags {
     /// are not implemented yet).
     #[arg(long, default_value = "20m", value_parser = parse_duration)]
     pub(crate) machine_inplace_update_timeout: Duration,
-    /// How long a preserved machine is kept (kept in the settings; preservation is not implemented yet).
+    /// How long a machine stays preserved (`node.machine.sapcloud.io/preserve`; docs/preservation.md); a machine's
+    /// `machinePreserveTimeout` overrides it.
     #[arg(long, default_value = "96h", value_parser = parse_duration)]
     pub(crate) machine_preserve_timeout: Duration,
     /// Extra groups of the bootstrap tokens created for machines whose userData asks for one (comma-separated;
@@ -303,11 +304,6 @@ impl ControllerFlags {
                 "--machine-inplace-update-timeout",
                 self.machine_inplace_update_timeout != defaults.machine_inplace_update_timeout,
                 "in-place updates are not supported (the InPlaceUpdate strategy is refused)",
-            ),
-            (
-                "--machine-preserve-timeout",
-                self.machine_preserve_timeout != defaults.machine_preserve_timeout,
-                "machine preservation is not implemented yet",
             ),
         ]
         .into_iter()

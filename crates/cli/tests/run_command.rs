@@ -274,16 +274,11 @@ fn flags_without_effect_warn_when_set() {
         String::from_utf8_lossy(&output.stderr).into_owned()
     };
     let stderr = run(&[
-        "--machine-preserve-timeout=1h",
         "--machine-inplace-update-timeout=5m",
         "--min-resync-period=1h",
         "--kube-api-content-type=application/json",
     ]);
     for (flag, why) in [
-        (
-            "--machine-preserve-timeout",
-            "machine preservation is not implemented yet",
-        ),
         (
             "--machine-inplace-update-timeout",
             "in-place updates are not supported",
@@ -298,7 +293,7 @@ fn flags_without_effect_warn_when_set() {
         assert!(line.contains(why), "{line}");
     }
     let stderr = run(&[
-        "--machine-preserve-timeout=96h",
+        "--machine-preserve-timeout=1h",
         "--machine-inplace-update-timeout=20m",
         "--min-resync-period=12h",
     ]);

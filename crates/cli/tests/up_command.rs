@@ -3,7 +3,8 @@
 //! Ready nodes; the deployment rolls to local-medium; a killed machine process turns its node Unknown and the
 //! machine is replaced; a userData that fails leaves its machine Pending, then Failed at the creation timeout;
 //! `mcm up` resumes with the machines still there; deleting everything and `mcm down --purge` leave no process and
-//! no state behind; `kubectl delete node` replaces the node's machine and the node goes.
+//! no state behind; `kubectl delete node` replaces the node's machine and the node goes; `kubectl annotate node X
+//! node.machine.sapcloud.io/preserve=now` preserves its machine until the annotation is removed.
 
 mod support;
 
@@ -560,5 +561,59 @@ fn kubectl_delete_node_replaces_its_machine_and_the_node_goes() {
             .any(|l| l == format!("{victim}=TriggeredByNodeDeletion")),
         "a TriggeredByNodeDeletion Event on the machine: {reasons}"
     );
+    up.down(true);
+}
+
+/// Preservation with kubectl (docs/preservation.md): `kubectl annotate node X node.machine.sapcloud.io/preserve=now`
+/// gives the machine a `preserveExpiryTime` (`--machine-preserve-timeout` from now) and the node the
+/// cluster-autoscaler annotation and `Preserved=True`; removing the annotation undoes it.
+#[test]
+fn kubectl_annotate_node_preserve_now_preserves_its_machine_until_removed() {
+    let mut up = Up::start("preserve", &["--machine-preserve-timeout", "1h"]);
+    for file in ["00-secret.yaml", "01-machine-class.yaml", "10-machine.yaml"] {
+        up.kubectl_ok(&["apply", "-f", arg(&example(file))]);
+    }
+    poll("a Running machine with a Ready node", SLOW, || {
+        (all_running(&up, 1) && ready_nodes(&up) == 1).then_some(())
+    });
+    let node = up.kubectl_ok(&[
+        "get",
+        "machine",
+        "single-machine",
+        "-o",
+        "jsonpath={.metadata.labels.node}",
+    ]);
+    assert!(!node.is_empty(), "the machine names its node");
+    let node_ref = format!("node/{node}");
+    up.kubectl_ok(&["annotate", &node_ref, "node.machine.sapcloud.io/preserve=now"]);
+    let expiry = poll("the machine preserved", SLOW, || {
+        let expiry = up.kubectl_ok(&[
+            "get",
+            "machine",
+            "single-machine",
+            "-o",
+            "jsonpath={.status.currentStatus.preserveExpiryTime}",
+        ]);
+        (!expiry.is_empty()).then_some(expiry)
+    });
+    let expiry: jiff::Timestamp = expiry.trim().parse().expect("an RFC 3339 time");
+    let ahead = expiry.duration_since(jiff::Timestamp::now()).as_secs();
+    assert!((3500..=3600).contains(&ahead), "about 1h ahead: {ahead}s");
+    let preserved = r#"jsonpath={.status.conditions[?(@.type=="Preserved")].status}/{.metadata.annotations.cluster-autoscaler\.kubernetes\.io/scale-down-disabled}"#;
+    poll("the node marked preserved", SLOW, || {
+        (up.kubectl_ok(&["get", &node_ref, "-o", preserved]) == "True/true").then_some(())
+    });
+
+    up.kubectl_ok(&["annotate", &node_ref, "node.machine.sapcloud.io/preserve-"]);
+    poll("the preservation stopped", SLOW, || {
+        let expiry = up.kubectl_ok(&[
+            "get",
+            "machine",
+            "single-machine",
+            "-o",
+            "jsonpath={.status.currentStatus.preserveExpiryTime}",
+        ]);
+        (expiry.is_empty() && up.kubectl_ok(&["get", &node_ref, "-o", preserved]) == "False/").then_some(())
+    });
     up.down(true);
 }

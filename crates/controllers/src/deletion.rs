@@ -153,6 +153,7 @@ impl Deletion<'_> {
                         mode,
                         settings: &effective,
                         now,
+                        cordon: true,
                     }
                     .run(&mut tracker)
                     .await;

@@ -65,6 +65,9 @@ pub struct DrainPass<'a> {
     pub settings: &'a EffectiveSettings,
     /// Now.
     pub now: Timestamp,
+    /// Whether the pass cordons the node first (the deletion flow); the drain of a preserved node does not: it is
+    /// tainted `node.machine.sapcloud.io/preserved` instead, so that a user's own cordon is left alone.
+    pub cordon: bool,
 }
 
 fn api_error(what: &str, err: &kube::Error) -> DrainOutcome {
@@ -86,7 +89,8 @@ impl DrainPass<'_> {
             Ok(None) => return Self::drained(tracker),
             Err(err) => return api_error("reading the node", &err),
         };
-        if let Err(err) = self.cordon(&nodes, &node).await
+        if self.cordon
+            && let Err(err) = self.cordon(&nodes, &node).await
             && self.mode.force.is_none()
         {
             return api_error("cordoning the node", &err);

@@ -220,6 +220,38 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
             )
             .await;
     }
+    // Auto-preservation first, so that the machines it annotates are kept by this very pass (reference order).
+    let mut annotated: Vec<Machine> = Vec::new();
+    if !set.is_deleting() {
+        for patch in machineset::auto_preservation(&set, &owned) {
+            match ctx
+                .machine_api()
+                .patch(
+                    &patch.name,
+                    &PatchParams::default(),
+                    &Patch::Merge(patch.patch.clone()),
+                )
+                .await
+            {
+                Ok(machine) => {
+                    tracing::info!(set = %name, machine = %patch.name, patch = %patch.patch, "auto-preservation");
+                    annotated.push(machine);
+                }
+                Err(err) => {
+                    tracing::warn!(set = %name, machine = %patch.name, error = %err, "auto-preservation write failed");
+                }
+            }
+        }
+    }
+    let owned: Vec<&Machine> = owned
+        .into_iter()
+        .map(|m| {
+            annotated
+                .iter()
+                .find(|a| a.metadata.name == m.metadata.name)
+                .unwrap_or(m)
+        })
+        .collect();
     let expectations = ctx.with_expectations(&name, |e| {
         // Besides the set's own machines, the awaited ones as the cache holds them (one may have another owner).
         let awaited: Vec<Arc<Machine>> = e

@@ -2,9 +2,9 @@
 //! - a MachineDeployment with the InPlaceUpdate strategy stored by a server without our admission (a cluster with only
 //!   the CRDs) is held: no MachineSet is ever created, its conditions name `spec.strategy.type` and the reason, and
 //!   a Warning Event says so;
-//! - a field that is stored but has no effect yet (`autoPreserveFailedMachineMax`) gets one Warning Event naming it;
-//! - a Failed machine whose preserve annotation has no `preserveExpiryTime` is replaced (preservation is not
-//!   implemented yet), with one Warning Event on the machine saying so; before, it was kept for ever.
+//! - a field that is stored but has no effect (`inPlaceUpdateTimeout` of the template) gets one Warning Event naming
+//!   it. (Preservation, whose fields were warned about here before it was implemented, has its own tests:
+//!   preservation.rs.)
 
 mod support;
 
@@ -153,10 +153,10 @@ async fn an_in_place_update_deployment_is_held_with_a_clear_condition_and_no_set
     cluster.stop().await;
 }
 
-/// `autoPreserveFailedMachineMax` is stored but auto-preservation is not implemented: the deployment gets one Warning
-/// Event `NoEffect` naming the field, and its machines are created as usual.
+/// The template's `inPlaceUpdateTimeout` is stored but in-place updates are not supported: the deployment gets one
+/// Warning Event `NoEffect` naming the field, and its machines are created as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn auto_preserve_failed_machine_max_gets_one_no_effect_warning() {
+async fn an_in_place_update_timeout_gets_one_no_effect_warning() {
     let mut cluster = Cluster::start_with_admission(support::settings(), true).await;
     cluster.create_class().await;
     cluster.start_set_controllers(machinedeployment::Config::new(NAMESPACE));
@@ -164,7 +164,14 @@ async fn auto_preserve_failed_machine_max_gets_one_no_effect_warning() {
     deployments
         .create(
             &PostParams::default(),
-            &deployment("keep", 2, &json!({ "autoPreserveFailedMachineMax": 2 })),
+            &deployment(
+                "keep",
+                2,
+                &json!({ "template": {
+                    "metadata": { "labels": { "pool": "keep" } },
+                    "spec": { "class": { "kind": "MachineClass", "name": CLASS }, "inPlaceUpdateTimeout": "5m" }
+                } }),
+            ),
         )
         .await
         .unwrap();
@@ -177,8 +184,8 @@ async fn auto_preserve_failed_machine_max_gets_one_no_effect_warning() {
     let events = warnings(&cluster.client, "keep", "NoEffect").await;
     assert_eq!(events.len(), 1, "{events:?}");
     assert!(
-        events[0].contains("spec.autoPreserveFailedMachineMax")
-            && events[0].contains("auto-preservation of Failed machines is not implemented yet"),
+        events[0].contains("spec.template.spec.inPlaceUpdateTimeout")
+            && events[0].contains("in-place updates are not supported"),
         "{events:?}"
     );
     // A deployment without it gets none.
@@ -192,85 +199,5 @@ async fn auto_preserve_failed_machine_max_gets_one_no_effect_warning() {
     })
     .await;
     assert!(warnings(&cluster.client, "plain", "NoEffect").await.is_empty());
-    cluster.stop().await;
-}
-
-/// Issue 23: a Failed machine annotated `node.machine.sapcloud.io/preserve: when-failed` with no
-/// `preserveExpiryTime` used to be kept for ever (and counted as a replacement in progress). Preservation is not
-/// implemented yet: it is deleted and replaced, and the machine gets one Warning Event `NoEffect` saying so.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_machine_preserved_without_expiry_is_replaced_with_a_warning() {
-    // No machine controller: the test plays it, writing the phase itself.
-    let mut cluster = Cluster::start_with_admission(support::settings(), true).await;
-    cluster.create_class().await;
-    cluster.start_set_controllers(machinedeployment::Config::new(NAMESPACE));
-    let deployments: Api<MachineDeployment> = Api::namespaced(cluster.client.clone(), NAMESPACE);
-    let machines: Api<Machine> = Api::namespaced(cluster.client.clone(), NAMESPACE);
-    deployments
-        .create(&PostParams::default(), &deployment("pool", 2, &json!({})))
-        .await
-        .unwrap();
-    let live = async || -> Vec<Machine> {
-        machines
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|m| m.metadata.deletion_timestamp.is_none())
-            .collect()
-    };
-    let first = wait_for("2 machines", async || {
-        let machines = live().await;
-        (machines.len() == 2).then(|| machines[0].name_any())
-    })
-    .await;
-    let history = History::start(machines.clone()).await;
-    machines
-        .patch(
-            &first,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "metadata": { "annotations": { annotations::PRESERVE: "when-failed" } } })),
-        )
-        .await
-        .unwrap();
-    machines
-        .patch_status(
-            &first,
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": { "currentStatus": { "phase": "Failed" } } })),
-        )
-        .await
-        .unwrap();
-    wait_for("the Failed machine deleted and replaced", async || {
-        let machines = live().await;
-        (machines.len() == 2 && machines.iter().all(|m| m.name_any() != first)).then_some(())
-    })
-    .await;
-    // It was seen Failed and then deleted: the set acted on the Failed machine, not on some other change.
-    let versions = history.of(&first);
-    assert!(
-        versions
-            .iter()
-            .any(|s| s.object.phase() == Some(MachinePhase::Failed)),
-        "never seen Failed"
-    );
-    assert!(
-        versions
-            .iter()
-            .any(|s| s.deleted || s.object.metadata.deletion_timestamp.is_some()),
-        "never deleted"
-    );
-    let events = wait_for("the NoEffect warning on the machine", async || {
-        let events = warnings_about(&cluster.client, "Machine", &first, "NoEffect").await;
-        (!events.is_empty()).then_some(events)
-    })
-    .await;
-    assert_eq!(events.len(), 1, "{events:?}");
-    assert!(
-        events[0].contains("metadata.annotations[node.machine.sapcloud.io/preserve]")
-            && events[0].contains("preservation is not implemented yet"),
-        "{events:?}"
-    );
     cluster.stop().await;
 }

@@ -256,6 +256,10 @@ pub fn decide(input: &HealthInput<'_>) -> HealthPlan {
         {
             join(&ctx, &mut plan, &mut status);
         }
+        // A preserved Failed machine that recovered returns to Running (reference §3.8; docs/preservation.md).
+        Some(MachinePhase::Failed) if healthy && machine.is_preserved(input.now) => {
+            join(&ctx, &mut plan, &mut status);
+        }
         Some(MachinePhase::Pending) => pending_timeout(&ctx, &mut plan, &mut status),
         Some(MachinePhase::Unknown) if !ctx.effective.health_timeout_disabled => {
             health_timeout(&ctx, &mut plan, &mut status);
@@ -697,6 +701,22 @@ mod tests {
         let p = plan(&m, Some(&n), CREATED + 100);
         assert_eq!(p.transition, HealthTransition::None);
         assert_eq!(p.status.unwrap().conditions, Some(changed));
+    }
+
+    #[test]
+    fn a_preserved_failed_machine_whose_node_recovered_returns_to_running() {
+        let n = node(healthy_conditions());
+        let mut m = machine(MachinePhase::Failed, CREATED, healthy_conditions());
+        m.status.as_mut().unwrap().current_status.preserve_expiry_time = Some(Time(at(CREATED + 3600)));
+        let p = plan(&m, Some(&n), CREATED + 10);
+        assert_eq!(p.transition, HealthTransition::Joined { first: false });
+        let status = p.status.expect("a status");
+        assert_eq!(status.phase(), Some(MachinePhase::Running));
+        assert_eq!(
+            status.current_status.unwrap().preserve_expiry_time.map(|t| t.0),
+            Some(at(CREATED + 3600)),
+            "the expiry is kept"
+        );
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub mod node_deletion;
 pub mod node_report;
 // The node template (labels, annotations, taints, virtual capacity) as minimal node patches.
 pub mod nodesync;
+// Machine preservation: the preserve value that applies, the expiry, the node's annotations, taint and condition.
+pub mod preservation;
 // Semantic equality of Kubernetes quantities (`1Gi` = `1024Mi`).
 mod quantity;
 // The API server reachability freeze: an unreachable control or target API server freezes the machine controller.

@@ -513,9 +513,9 @@ mod tests {
         );
     }
 
-    /// Issue 23: a Failed machine that asks for preservation without an expiry is not preserved here (preservation
-    /// is not implemented): the guard counts it as going, like the set controller that deletes and replaces it, and
-    /// with an expiry it is preserved and counts on neither side.
+    /// A Failed machine that asks for preservation but has no expiry yet (the machine controller is about to set
+    /// it) is not preserved for the guard: it counts as going; with an expiry it is preserved and counts on neither
+    /// side (reference: preserved machines are not replacements in progress).
     #[test]
     fn a_preserve_annotation_without_expiry_does_not_make_a_machine_preserved() {
         let mut failed = machine("a", Some(MachinePhase::Failed));

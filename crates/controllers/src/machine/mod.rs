@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::{
     ByteString,
-    api::core::v1::{Node, Secret},
+    api::core::v1::{Node, NodeCondition, Secret},
 };
 use kube::{
     Api, Client, ResourceExt,
@@ -45,6 +45,7 @@ mod deleting;
 mod health_check;
 mod memory;
 mod node_sync;
+mod preservation;
 mod provision;
 mod reconcile;
 mod wiring;
@@ -53,7 +54,7 @@ mod wiring;
 use self::memory::MachineMemory;
 pub use self::wiring::run;
 #[allow(clippy::wildcard_imports)]
-use self::{deleting::*, health_check::*, node_sync::*, provision::*, reconcile::*};
+use self::{deleting::*, health_check::*, node_sync::*, preservation::*, provision::*, reconcile::*};
 
 /// How the machine controller runs.
 #[derive(Clone, Debug)]
@@ -108,6 +109,8 @@ pub struct Context {
     /// Node name → the machine whose `node` label names it, as of the machine's last reconcile: a node event finds
     /// its machine at once instead of scanning every machine (a scan per heartbeat made the cost quadratic in N).
     node_index: NodeIndex,
+    /// Per machine: the drain of its node while it is preserved and Failed.
+    preserve_drains: PreserveDrains,
 }
 
 /// Node name → machine name (the controller's namespace).

@@ -180,6 +180,9 @@ pub(super) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Resul
             sync_node(&machine, &class, node, &ctx).await?;
         }
     }
+    if let Some(after) = manage_preservation(&machine, node.as_deref(), &ctx, now).await? {
+        requeue = Some(requeue.map_or(after, |r: Duration| r.min(after)));
+    }
     Ok(requeue.map_or_else(
         || Action::requeue(ctx.config.settings.retry.await_change_resync),
         Action::requeue,

@@ -151,6 +151,7 @@ pub async fn run(
         config: config.clone(),
         metrics: metrics.clone(),
         node_index,
+        preserve_drains: PreserveDrains::default(),
     });
     let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machine", &context.machines);
     let store = context.machines.clone();

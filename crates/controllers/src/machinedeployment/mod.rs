@@ -291,6 +291,7 @@ fn new_set(
             selector: Some(selector),
             template,
             min_ready_seconds: deployment.spec.min_ready_seconds,
+            auto_preserve_failed_machine_max: deployment.spec.auto_preserve_failed_machine_max,
             ..MachineSetSpec::default()
         },
         status: None,

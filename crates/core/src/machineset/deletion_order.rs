@@ -14,7 +14,7 @@ use mcm_api::{
     keys::{annotations, extensions},
 };
 
-use super::{AUTO_PRESERVED, common::name_of};
+use super::{AUTO_PRESERVED, PRESERVE_VALUES, common::name_of};
 use crate::timeouts;
 
 /// A delete policy (Cluster API's `deletePolicy`, here the annotation `machine.sapcloud.io/delete-policy` on a
@@ -141,14 +141,20 @@ pub fn marked_for_deletion_at(machine: &Machine) -> Option<Timestamp> {
 }
 
 /// Whether a Failed machine is kept rather than deleted and replaced (the reference's
-/// `shouldFailedMachineBeTerminated`, negated): only while it is preserved until a future `preserveExpiryTime`.
-/// The reference also keeps a Failed machine whose preserve value (`now`, `when-failed`, `auto-preserved`) has no
-/// expiry yet, because its machine controller is about to set one up; ours does not implement preservation yet, so
-/// such a machine would be kept for ever and counted as a replacement in progress, blocking every other
-/// replacement of its group. It is replaced instead, and the set controller warns once that preservation is not
-/// implemented (`mcm_core::ignored`). An expired preservation does not keep it.
+/// `shouldFailedMachineBeTerminated`, negated): preserved until a future `preserveExpiryTime`; with no expiry time
+/// yet, while the effective preserve value is `now`, `when-failed` or `auto-preserved` (preservation being set up).
+/// The effective value is the last value applied from the node
+/// (`node.machine.sapcloud.io/last-applied-node-preserve-value`) when there is one, else the machine's own
+/// `node.machine.sapcloud.io/preserve` annotation. An expired preservation does not keep it.
 pub fn keeps_failed_machine(machine: &Machine, now: Timestamp) -> bool {
-    machine.preserve_expiry().is_some_and(|expiry| expiry > now)
+    if let Some(expiry) = machine.preserve_expiry() {
+        return expiry > now;
+    }
+    let from_node = machine
+        .annotation(annotations::LAST_APPLIED_NODE_PRESERVE_VALUE)
+        .filter(|v| !v.is_empty());
+    let value = from_node.or_else(|| machine.annotation(annotations::PRESERVE));
+    value.is_some_and(|v| PRESERVE_VALUES.contains(&v))
 }
 
 /// Preservation criterion: not preserved first, then auto-preserved, then explicitly preserved; earlier expiry first.

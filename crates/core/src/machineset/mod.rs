@@ -15,6 +15,7 @@
 //!
 //! Everything here is pure: the current time and the random seed of the Random delete policy are parameters.
 
+mod auto_preservation;
 mod common;
 mod deletion_order;
 mod expectations;
@@ -27,6 +28,7 @@ mod tests;
 
 use std::time::Duration;
 
+pub use auto_preservation::{auto_preservation, auto_preserved_count};
 pub use deletion_order::{
     DeletePolicy, DeletePolicyError, DeletionKey, DeletionOrder, PolicySource, delete_policy,
     keeps_failed_machine, marked_for_deletion_at, phase_rank,
@@ -58,6 +60,9 @@ pub const EXPECTATIONS_TIMEOUT: Duration = Duration::from_mins(5);
 
 /// The value of the `freeze` label that stops a set from scaling up (set by the safety controller).
 pub const FREEZE_VALUE: &str = "True";
+
+/// Values of `node.machine.sapcloud.io/preserve` that keep a Failed machine while its preservation is being set up.
+const PRESERVE_VALUES: [&str; 3] = ["now", "when-failed", "auto-preserved"];
 
 /// The value of `node.machine.sapcloud.io/preserve` set by auto-preservation.
 const AUTO_PRESERVED: &str = "auto-preserved";

@@ -73,14 +73,15 @@ pub enum ManageResult {
 #[derive(Clone, Debug, Default, PartialEq)]
 #[must_use]
 pub struct SetStatusUpdate {
-    /// The whole new status: the fields the set controller owns computed, the others (`lastOperation`,
-    /// `autoPreserveFailedMachineCount`, conditions of other types) carried over.
+    /// The whole new status: the fields the set controller owns computed, the others (`lastOperation`, conditions
+    /// of other types) carried over.
     pub status: MachineSetStatus,
 }
 
 /// The status fields the set controller writes (JSON names).
-const OWNED_STATUS_FIELDS: [&str; 8] = [
+const OWNED_STATUS_FIELDS: [&str; 9] = [
     "replicas",
+    "autoPreserveFailedMachineCount",
     "fullyLabeledReplicas",
     "readyReplicas",
     "availableReplicas",
@@ -100,10 +101,8 @@ impl SetStatusUpdate {
     /// Applies the update (what the API server does with [`SetStatusUpdate::merge_patch`]).
     pub fn apply(&self, status: &mut MachineSetStatus) {
         let kept_operation = std::mem::take(&mut status.last_operation);
-        let kept_count = status.auto_preserve_failed_machine_count.take();
         *status = self.status.clone();
         status.last_operation = kept_operation;
-        status.auto_preserve_failed_machine_count = kept_count;
     }
 
     /// The JSON merge patch for the set's `status` subresource: `{"status": {...}}` with every field the set
@@ -217,6 +216,7 @@ fn conditions(
 ///   `minReadySeconds` since the phase's `lastUpdateTime` when `min_ready` is [`MinReadySeconds::Honour`] (the
 ///   reference ignores `minReadySeconds`, and so does the default [`MinReadySeconds::Ignore`]);
 /// - `preservedFailedReplicas`: Failed and preserved;
+/// - `autoPreserveFailedMachineCount`: annotated `auto-preserved` (absent when none);
 /// - `failedMachines`: machines whose last operation failed and that are not preserved, by name, as the reference's
 ///   `MachineSummary` (absent when there are none);
 /// - the `ReplicaFailure` condition from `result` (set with reason `FailedCreate`/`FailedDelete` and the error, kept
@@ -283,7 +283,9 @@ pub fn status(
         conditions: conditions(&current.conditions, result, now),
         last_operation: current.last_operation.clone(),
         failed_machines: (!failed.is_empty()).then_some(failed),
-        auto_preserve_failed_machine_count: current.auto_preserve_failed_machine_count,
+        auto_preserve_failed_machine_count: i32::try_from(super::auto_preserved_count(machines))
+            .ok()
+            .filter(|n| *n > 0),
     };
     StatusPlan {
         update: SetStatusUpdate { status },

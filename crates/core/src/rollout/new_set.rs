@@ -41,7 +41,7 @@ pub fn copied_annotations(deployment: &MachineDeployment) -> BTreeMap<String, St
 /// timeout removed when the deployment dropped it), `revision` when the set's is lower (a set reused by a rollback
 /// becomes the newest revision), no PreferNoSchedule mark, and the template's `nodeTemplate`, machine configuration
 /// and `class.kind` — the parts [`equal_ignore_hash`](super::equal_ignore_hash) ignores, which the set controller then hands to the existing
-/// machines. `None` when the set is already in line.
+/// machines — and `autoPreserveFailedMachineMax`. `None` when the set is already in line.
 pub fn new_set_sync(deployment: &MachineDeployment, set: &MachineSet, revision: i64) -> Option<Value> {
     let theirs = set.metadata.annotations.clone().unwrap_or_default();
     let mut wanted = copied_annotations(deployment);
@@ -91,6 +91,12 @@ pub fn new_set_sync(deployment: &MachineDeployment, set: &MachineSet, revision: 
     }
     if let Some(spec) = template_spec {
         patch.insert("spec".into(), serde_json::json!({ "template": { "spec": spec } }));
+    }
+    // `autoPreserveFailedMachineMax` reaches the new set without a rollout (reference `getNewMachineSet`).
+    if set.spec.auto_preserve_failed_machine_max != deployment.spec.auto_preserve_failed_machine_max {
+        let spec = patch.entry("spec").or_insert_with(|| serde_json::json!({}));
+        spec["autoPreserveFailedMachineMax"] =
+            serde_json::json!(deployment.spec.auto_preserve_failed_machine_max);
     }
     (!patch.is_empty()).then_some(Value::Object(patch))
 }

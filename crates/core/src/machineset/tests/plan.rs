@@ -94,21 +94,21 @@ fn a_preserved_failed_machine_is_neither_deleted_nor_replaced_until_its_preserva
     assert_eq!(deleted(&plan), vec![("b", DeletionReason::Failed)]);
     assert_eq!(plan.create, 1);
 
-    // A preserve annotation without an expiry does not keep it: preservation is not implemented here, so it would
-    // be kept for ever (issue 23); it is deleted and replaced.
+    // Preservation being set up (annotation, no expiry yet) keeps it too.
     failed
         .status
         .as_mut()
         .unwrap()
         .current_status
         .preserve_expiry_time = None;
-    for value in ["now", "when-failed", "auto-preserved"] {
-        annotate(&mut failed, annotations::PRESERVE, value);
-        assert!(!keeps_failed_machine(&failed, at(1000)), "{value}");
-        let plan = plan_for(&set(2), &[running("a"), failed.clone()], &Expectations::new());
-        assert_eq!(deleted(&plan), vec![("b", DeletionReason::Failed)], "{value}");
-        assert_eq!(plan.create, 1, "{value}: and replaced");
-    }
+    annotate(&mut failed, annotations::PRESERVE, "when-failed");
+    assert!(keeps_failed_machine(&failed, at(1000)));
+    annotate(
+        &mut failed,
+        annotations::LAST_APPLIED_NODE_PRESERVE_VALUE,
+        "false",
+    );
+    assert!(!keeps_failed_machine(&failed, at(1000)), "the node's value wins");
 }
 
 #[test]

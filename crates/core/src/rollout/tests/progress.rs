@@ -218,3 +218,17 @@ fn pause_and_resume_are_unknown_and_complete_is_true() {
         reasons::NEW_MACHINE_SET_CREATED
     );
 }
+
+#[test]
+fn the_new_set_follows_the_deployments_auto_preserve_max() {
+    let mut md = md_with(template("a"), &[("team", "blue")]);
+    md.spec.auto_preserve_failed_machine_max = Some(2);
+    let set = set_of(template("a"), &[("team", "blue"), (annotations::REVISION, "3")]);
+    assert_eq!(
+        new_set_sync(&md, &set, 3),
+        Some(serde_json::json!({ "spec": { "autoPreserveFailedMachineMax": 2 } }))
+    );
+    let mut in_line = set;
+    in_line.spec.auto_preserve_failed_machine_max = Some(2);
+    assert_eq!(new_set_sync(&md, &in_line, 3), None);
+}

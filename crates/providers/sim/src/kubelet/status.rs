@@ -52,8 +52,7 @@ pub(super) struct VmView {
 /// The conditions the node reports (without times): kubelet's, faults applied.
 fn desired_conditions(faults: Option<&NodeFaults>) -> Vec<NodeCondition> {
     let forced = faults.map(|f| &f.conditions);
-    let fault =
-        |type_: &str, status: &str| condition(type_, status, "SimulatedFault", "set by fault injection");
+    let fault = |type_: &str, status: &str| condition(type_, status, FAULT_REASON, "set by fault injection");
     node_report::reported_conditions(
         |kubelet| match forced.and_then(|f| f.get(kubelet.type_)).map(|s| s.as_str()) {
             Some(status) if status != kubelet.status => {
@@ -118,8 +117,21 @@ pub(super) fn fingerprint(status: &NodeStatus) -> Value {
         "allocatable": status.allocatable,
         "capacity": status.capacity,
         "nodeInfo": status.node_info,
-        "conditions": node_report::fingerprint(status.conditions.as_deref().unwrap_or_default()),
+        "conditions": node_report::fingerprint(&reported(status.conditions.as_deref().unwrap_or_default())),
     })
+}
+
+/// Reason of the conditions fault injection sets.
+const FAULT_REASON: &str = "SimulatedFault";
+
+/// Whether this kubelet reports conditions of this kind: kubelet's own types and those fault injection sets.
+/// Conditions others write (the machine controller's `Preserved`) are theirs.
+fn is_reported(condition: &NodeCondition) -> bool {
+    node_report::is_kubelet_condition(&condition.type_) || condition.reason.as_deref() == Some(FAULT_REASON)
+}
+
+fn reported(conditions: &[NodeCondition]) -> Vec<NodeCondition> {
+    conditions.iter().filter(|c| is_reported(c)).cloned().collect()
 }
 
 /// The status to write: `desired` with heartbeat times `now`, and transition times kept from `current` for
@@ -135,5 +147,14 @@ pub(super) fn stamped(
         current,
         now,
     );
+    // The status is written with a merge patch, which replaces the list: conditions others wrote are kept.
+    if let Some(conditions) = desired.conditions.as_mut() {
+        let foreign: Vec<NodeCondition> = current
+            .iter()
+            .filter(|c| !is_reported(c) && !conditions.iter().any(|d| d.type_ == c.type_))
+            .cloned()
+            .collect();
+        conditions.extend(foreign);
+    }
     desired
 }
