@@ -13,14 +13,7 @@ use kube::{
     Api, Client,
     api::{ListParams, PostParams},
 };
-use kube::{
-    ResourceExt,
-    api::{Patch, PatchParams},
-};
-use mcm_api::{
-    ConditionStatus, Machine, MachineDeployment, MachineDeploymentConditionType, MachinePhase, MachineSet,
-    keys::annotations,
-};
+use mcm_api::{ConditionStatus, MachineDeployment, MachineDeploymentConditionType, MachineSet};
 use mcm_controllers::machinedeployment;
 use serde_json::{Value, json};
 use support::{CLASS, Cluster, History, NAMESPACE, wait_for};

@@ -4,10 +4,7 @@
 //! docs/compatibility.md; what is refused outright (the InPlaceUpdate strategy) is validation's.
 
 use jiff::Timestamp;
-use mcm_api::{
-    Machine, MachineConfiguration, MachineDeployment, MachineSet,
-    keys::labels,
-};
+use mcm_api::{Machine, MachineConfiguration, MachineDeployment, MachineSet, keys::labels};
 
 /// The reason of the Warning Event about a setting that has no effect.
 pub const NO_EFFECT: &str = "NoEffect";
@@ -130,9 +127,8 @@ mod tests {
         let ignored = of_machine_deployment(&d);
         assert_eq!(fields(&ignored), ["spec.template.spec.inPlaceUpdateTimeout"]);
         assert!(
-            summarize(&ignored).starts_with(
-                "spec.template.spec.inPlaceUpdateTimeout: in-place updates are not supported"
-            ),
+            summarize(&ignored)
+                .starts_with("spec.template.spec.inPlaceUpdateTimeout: in-place updates are not supported"),
             "{}",
             summarize(&ignored)
         );
