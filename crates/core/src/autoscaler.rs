@@ -220,8 +220,8 @@ pub fn node_patch(node: &Node, marks: NodeMarks) -> Option<Value> {
 mod tests {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-    use mcm_api::{CurrentStatus, MachinePhase, MachineStatus};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use mcm_api::MachinePhase;
 
     use super::*;
 
@@ -238,20 +238,7 @@ mod tests {
     }
 
     fn machine(name: &str, phase: MachinePhase) -> Machine {
-        Machine {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..ObjectMeta::default()
-            },
-            status: Some(MachineStatus {
-                current_status: CurrentStatus {
-                    phase: Some(phase),
-                    ..CurrentStatus::default()
-                },
-                ..MachineStatus::default()
-            }),
-            ..Machine::default()
-        }
+        mcm_api::builders::MachineBuilder::new(name).phase(phase).build()
     }
 
     fn now() -> Timestamp {

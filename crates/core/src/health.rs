@@ -398,7 +398,7 @@ mod tests {
         api::core::v1::{NodeSpec, NodeStatus, Taint},
         apimachinery::pkg::apis::meta::v1::Time,
     };
-    use mcm_api::{GoDuration, MachineStatus, keys::labels};
+    use mcm_api::GoDuration;
     use pretty_assertions::assert_eq;
 
     use super::*;
@@ -440,22 +440,19 @@ mod tests {
     }
 
     fn machine(phase: MachinePhase, since: i64, conditions: Vec<NodeCondition>) -> Machine {
-        let mut m = Machine::default();
-        m.metadata.name = Some("m-1".into());
-        m.metadata.creation_timestamp = Some(Time(at(CREATED)));
-        m.metadata.labels = Some(BTreeMap::from([(labels::NODE.to_owned(), "m-1".to_owned())]));
-        let mut status = MachineStatus {
-            conditions,
-            ..MachineStatus::default()
-        };
-        status.current_status.phase = Some(phase);
-        status.current_status.last_update_time = Some(Time(at(since)));
+        let machine = mcm_api::builders::MachineBuilder::new("m-1")
+            .created_at(at(CREATED))
+            .node("m-1")
+            .conditions(conditions)
+            .phase(phase)
+            .phase_since(at(since));
         if phase == MachinePhase::Pending {
-            status.last_operation.r#type = Some(MachineOperationType::Create);
-            status.last_operation.state = Some(MachineState::Processing);
+            machine
+                .operation(MachineOperationType::Create, MachineState::Processing)
+                .build()
+        } else {
+            machine.build()
         }
-        m.status = Some(status);
-        m
     }
 
     fn plan(machine: &Machine, node: Option<&Node>, now: i64) -> HealthPlan {

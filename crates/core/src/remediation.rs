@@ -325,7 +325,6 @@ mod tests {
     use std::collections::BTreeMap;
 
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-    use mcm_api::MachineStatus;
     use proptest::prelude::*;
 
     use super::*;
@@ -335,15 +334,12 @@ mod tests {
     }
 
     fn machine(name: &str, phase: Option<MachinePhase>) -> Machine {
-        let mut m = Machine::default();
-        m.metadata.name = Some(name.into());
-        m.metadata.namespace = Some("ns".into());
-        m.metadata.labels = Some(BTreeMap::from([(labels::NAME.to_owned(), "md".to_owned())]));
-        let mut status = MachineStatus::default();
-        status.current_status.phase = phase;
-        status.current_status.last_update_time = Some(Time(at(100)));
-        m.status = Some(status);
-        m
+        mcm_api::builders::MachineBuilder::new(name)
+            .namespace("ns")
+            .label(labels::NAME, "md")
+            .phase(phase)
+            .phase_since(at(100))
+            .build()
     }
 
     fn names(decision: &RemediationDecision) -> Vec<&str> {
