@@ -455,10 +455,9 @@ mod tests {
     use super::*;
 
     fn machine(uid: &str) -> Machine {
-        let mut m = Machine::default();
-        m.metadata.name = Some(format!("m-{uid}"));
-        m.metadata.uid = Some(uid.into());
-        m
+        mcm_api::builders::MachineBuilder::new(&format!("m-{uid}"))
+            .uid(uid)
+            .build()
     }
 
     #[test]

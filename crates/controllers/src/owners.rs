@@ -125,18 +125,18 @@ mod tests {
     use super::*;
 
     fn machine(name: &str, owner: Option<&str>) -> Machine {
-        let mut m = Machine::default();
-        m.metadata.name = Some(name.into());
-        m.metadata.namespace = Some("ns".into());
-        m.metadata.owner_references = owner.map(|uid| {
-            vec![OwnerReference {
-                uid: uid.into(),
-                controller: Some(true),
-                kind: "MachineSet".into(),
-                ..OwnerReference::default()
-            }]
-        });
-        m
+        let machine = mcm_api::builders::MachineBuilder::new(name).namespace("ns");
+        match owner {
+            Some(uid) => machine
+                .owner(OwnerReference {
+                    uid: uid.into(),
+                    controller: Some(true),
+                    kind: "MachineSet".into(),
+                    ..OwnerReference::default()
+                })
+                .build(),
+            None => machine.build(),
+        }
     }
 
     fn names(machines: &[Arc<Machine>]) -> Vec<String> {

@@ -370,11 +370,7 @@ mod tests {
     use super::*;
 
     fn machine(name: &str, class: &str) -> Machine {
-        let mut m = Machine::default();
-        m.metadata.name = Some(name.into());
-        m.spec.class.kind = MachineClass::KIND.into();
-        m.spec.class.name = class.into();
-        m
+        mcm_api::builders::MachineBuilder::new(name).class(class).build()
     }
 
     #[test]
