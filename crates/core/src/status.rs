@@ -54,6 +54,13 @@ impl StatusUpdate {
         self.current_status.as_ref().and_then(|c| c.phase)
     }
 
+    /// The text of the description this update writes (empty when it writes none): an Event's message.
+    pub fn description_text(&self) -> &str {
+        self.last_operation
+            .as_ref()
+            .map_or("", |op| op.description.as_str())
+    }
+
     /// The description this update writes, parsed, if it writes one of [`Description`]'s.
     pub fn description(&self) -> Option<Description> {
         self.last_operation

@@ -77,12 +77,8 @@ pub(super) async fn check_health(
             } else {
                 EventType::Normal
             };
-            let message = status
-                .last_operation
-                .as_ref()
-                .map(|o| o.description.clone())
-                .unwrap_or_default();
-            ctx.recorder.record(machine, kind, phase.as_str(), &message).await;
+            let message = status.description_text();
+            ctx.recorder.record(machine, kind, phase.as_str(), message).await;
         }
         if let Some(metrics) = &ctx.metrics
             && plan.transition == health::HealthTransition::JoinTimedOut

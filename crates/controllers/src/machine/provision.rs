@@ -228,17 +228,13 @@ pub(super) async fn create(
                     attempts.call_failed(retry, failed_at, fingerprint);
                 });
                 write_status(ctx, &machine, &status).await?;
-                let message = status
-                    .last_operation
-                    .as_ref()
-                    .map(|o| o.description.clone())
-                    .unwrap_or_default();
+                let message = status.description_text();
                 ctx.recorder
                     .record(
                         &machine,
                         EventType::Warning,
                         "ProviderError",
-                        &descriptions::call_failed_event(method, code, &message),
+                        &descriptions::call_failed_event(method, code, message),
                     )
                     .await;
                 return Ok(requeue_after.map_or_else(Action::await_change, Action::requeue));
@@ -263,13 +259,9 @@ pub(super) async fn create(
             }
             CreationStep::Fail { status } => {
                 write_status(ctx, &machine, &status).await?;
-                let message = status
-                    .last_operation
-                    .as_ref()
-                    .map(|o| o.description.clone())
-                    .unwrap_or_default();
+                let message = status.description_text();
                 ctx.recorder
-                    .record(&machine, EventType::Warning, "Failed", &message)
+                    .record(&machine, EventType::Warning, "Failed", message)
                     .await;
                 return Ok(Action::await_change());
             }
