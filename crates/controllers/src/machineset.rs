@@ -191,7 +191,7 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
     {
         return hold(&set, &claims.owned, &invalid, ctx, now).await;
     }
-    warn_no_effect(&set, &claims.owned, ctx, now).await;
+    warn_no_effect(&set, &claims.owned, ctx).await;
     let mut owned: Vec<&Machine> = claims.owned.clone();
     for machine in &claims.adopt {
         match ctx
@@ -422,17 +422,13 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
 
 /// Warns once about what the set and its machines set that has no effect (`mcm_core::ignored`): among others a
 /// preserve annotation without an expiry, which is why such a Failed machine is replaced rather than kept.
-async fn warn_no_effect(set: &MachineSet, machines: &[&Machine], ctx: &Context, now: jiff::Timestamp) {
+async fn warn_no_effect(set: &MachineSet, machines: &[&Machine], ctx: &Context) {
     ctx.no_effect
         .warn(&ctx.recorder, set, &mcm_core::ignored::of_machine_set(set))
         .await;
     for machine in machines {
         ctx.no_effect
-            .warn(
-                &ctx.recorder,
-                *machine,
-                &mcm_core::ignored::of_machine(machine, now),
-            )
+            .warn(&ctx.recorder, *machine, &mcm_core::ignored::of_machine(machine))
             .await;
     }
 }

@@ -3,7 +3,6 @@
 //! of silently ignoring it. The table of every reference flag, field and key with our verdict is
 //! docs/compatibility.md; what is refused outright (the InPlaceUpdate strategy) is validation's.
 
-use jiff::Timestamp;
 use mcm_api::{Machine, MachineConfiguration, MachineDeployment, MachineSet, keys::labels};
 
 /// The reason of the Warning Event about a setting that has no effect.
@@ -74,8 +73,8 @@ pub fn of_machine_set(set: &MachineSet) -> Vec<Ignored> {
     out
 }
 
-/// What the machine sets that has no effect. `_now` is for the day an expiry decides more than presence.
-pub fn of_machine(machine: &Machine, _now: Timestamp) -> Vec<Ignored> {
+/// What the machine sets that has no effect.
+pub fn of_machine(machine: &Machine) -> Vec<Ignored> {
     let mut out = Vec::new();
     if machine
         .metadata
@@ -160,7 +159,7 @@ mod tests {
         m.spec.configuration.machine_preserve_timeout = Some(mcm_api::GoDuration::new("1h"));
         m.spec.configuration.in_place_update_timeout = Some(mcm_api::GoDuration::new("5m"));
         assert_eq!(
-            fields(&of_machine(&m, Timestamp::from_second(0).unwrap())),
+            fields(&of_machine(&m)),
             ["metadata.labels[force-drain]", "spec.inPlaceUpdateTimeout"]
         );
     }
