@@ -109,6 +109,29 @@ pub mod node_conditions {
     /// On the node of a preserved machine: `True` while preserved (a Failed machine's node once drained), `False`
     /// with reason `Preservation stopped.` afterwards.
     pub const PRESERVED: &str = "Preserved";
+    /// On a node of an in-place update: the step it is at, as one of the [`super::in_place_update`] reasons.
+    pub const IN_PLACE_UPDATE: &str = "InPlaceUpdate";
+}
+
+/// The in-place update protocol (strategy `InPlaceUpdate`): the reasons of the `InPlaceUpdate` node condition, in
+/// the order a node goes through them, and the values of the `update-result` node label.
+pub mod in_place_update {
+    /// The node carries `candidate-for-update` (its machine set is old).
+    pub const CANDIDATE_FOR_UPDATE: &str = "CandidateForUpdate";
+    /// The node carries `selected-for-update`: the machine controller drains it.
+    pub const SELECTED_FOR_UPDATE: &str = "SelectedForUpdate";
+    /// The drain is done; the machine is `InPlaceUpdating`.
+    pub const DRAIN_SUCCESSFUL: &str = "DrainSuccessful";
+    /// The node agent may now update the node.
+    pub const READY_FOR_UPDATE: &str = "ReadyForUpdate";
+    /// The node agent reported `update-result=successful`.
+    pub const UPDATE_SUCCESSFUL: &str = "UpdateSuccessful";
+    /// The node agent reported `update-result=failed` (the message carries `update-failed-reason`).
+    pub const UPDATE_FAILED: &str = "UpdateFailed";
+    /// `update-result` value: the update succeeded.
+    pub const RESULT_SUCCESSFUL: &str = "successful";
+    /// `update-result` value: the update failed.
+    pub const RESULT_FAILED: &str = "failed";
 }
 
 /// Placeholders and keys of the boot secret.
