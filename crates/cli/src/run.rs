@@ -551,6 +551,11 @@ impl Halves {
                 metrics: Some(self.registry.clone()),
                 freeze,
                 orphans: Some(self.trigger.clone()),
+                node_deletion: Some(mcm_controllers::node_deletion::Config {
+                    namespace: flags.namespace.clone(),
+                    retry: flags.machine_retry_backoff_base,
+                    resync: flags.machine_safety_resync,
+                }),
             },
             stopped_when(stopped.clone()),
         ));
@@ -561,26 +566,12 @@ impl Halves {
             Some(self.registry.clone()),
             stopped_when(stopped.clone()),
         ));
-        let mut tasks = vec![
+        vec![
             ("the orphan VM collection", orphans),
             ("the API server reachability probes", probes),
             ("the machine controller", machines),
             ("the class and secret finalizer controller", references),
-        ];
-        if let Some(target) = &self.target {
-            let nodes = tokio::spawn(mcm_controllers::node_deletion::run(
-                self.control.clone(),
-                target.clone(),
-                mcm_controllers::node_deletion::Config {
-                    namespace: flags.namespace.clone(),
-                    retry: flags.machine_retry_backoff_base,
-                    resync: flags.machine_safety_resync,
-                },
-                stopped_when(stopped.clone()),
-            ));
-            tasks.push(("the node deletion controller", nodes));
-        }
-        tasks
+        ]
     }
 
     /// The MachineSet and MachineDeployment controllers and the overshoot safety.

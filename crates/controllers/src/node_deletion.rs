@@ -64,7 +64,60 @@ fn node_metadata(node: &mut Node) {
     node.status = None;
 }
 
-/// Runs the node deletion controller until `shutdown` resolves.
+/// Where the machine controller hands its node events when the node deletion controller runs on its caches
+/// ([`run_on`]): a node being deleted (to reconcile) and a node deleted outright (to [`handle_gone`]).
+#[derive(Clone, Debug)]
+pub struct Inlet {
+    deleting: mpsc::UnboundedSender<Node>,
+    gone: mpsc::UnboundedSender<Node>,
+}
+
+/// The receiving end of an [`Inlet`], handed to [`run_on`].
+#[derive(Debug)]
+pub struct Outlet {
+    deleting: mpsc::UnboundedReceiver<Node>,
+    gone: mpsc::UnboundedReceiver<Node>,
+    gone_again: mpsc::UnboundedSender<Node>,
+}
+
+/// A connected [`Inlet`] and [`Outlet`].
+#[must_use]
+pub fn channel() -> (Inlet, Outlet) {
+    let (deleting_tx, deleting_rx) = mpsc::unbounded_channel();
+    let (gone_tx, gone_rx) = mpsc::unbounded_channel();
+    (
+        Inlet {
+            deleting: deleting_tx,
+            gone: gone_tx.clone(),
+        },
+        Outlet {
+            deleting: deleting_rx,
+            gone: gone_rx,
+            gone_again: gone_tx,
+        },
+    )
+}
+
+impl Inlet {
+    /// Passes on what the node deletion controller acts on from one event of a node watch: a node being deleted, or
+    /// a node deleted outright. Live nodes' changes (heartbeats) are not passed on.
+    pub fn observe(&self, event: &watcher::Event<Node>) {
+        match event {
+            watcher::Event::Apply(node) | watcher::Event::InitApply(node)
+                if node.metadata.deletion_timestamp.is_some() =>
+            {
+                let _ = self.deleting.send(node.clone());
+            }
+            watcher::Event::Delete(node) => {
+                let _ = self.gone.send(node.clone());
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Runs the node deletion controller on its own watches of the Machines and Nodes until `shutdown` resolves. `mcm
+/// run` uses [`run_on`] instead, on the machine controller's caches (one watch of each kind, not two).
 pub async fn run(
     control: Client,
     target: Client,
@@ -82,20 +135,86 @@ pub async fn run(
     .reflect(machine_writer)
     .touched_objects();
     let (nodes, node_writer) = reflector::store::<Node>();
-    let (gone_tx, mut gone_rx) = mpsc::unbounded_channel::<Node>();
-    let deleted = gone_tx.clone();
+    let (inlet, outlet) = channel();
     // Only nodes being deleted are reconciled: a heartbeat of a live node asks for nothing.
     let node_stream = watcher(Api::<Node>::all(target.clone()), watcher::Config::default())
         .default_backoff()
         .modify(node_metadata)
         .inspect(move |event| {
             if let Ok(watcher::Event::Delete(node)) = event {
-                let _ = deleted.send(node.clone());
+                inlet.observe(&watcher::Event::Delete(node.clone()));
             }
         })
         .reflect(node_writer)
         .applied_objects()
         .try_filter(|node| futures::future::ready(node.metadata.deletion_timestamp.is_some()));
+    // A machine's change (deleted, its deletion started, its node label set) looks again at its node if that node
+    // is being deleted.
+    let node_view = nodes.clone();
+    let controller = Controller::for_stream(node_stream, nodes.clone()).watches_stream(
+        machine_stream,
+        move |machine: Machine| {
+            let node = machine.labels().get(mcm_api::keys::labels::NODE)?.clone();
+            let reference = ObjectRef::<Node>::new(&node);
+            node_view
+                .get(&reference)
+                .filter(|n| n.metadata.deletion_timestamp.is_some())
+                .map(|_| reference)
+        },
+    );
+    let Outlet { gone, gone_again, .. } = outlet;
+    drive(
+        control,
+        target,
+        config,
+        (machines, nodes),
+        controller,
+        (gone, gone_again),
+        shutdown,
+    )
+    .await;
+}
+
+/// Runs the node deletion controller on the machine controller's caches of the Machines and Nodes, fed through the
+/// [`Inlet`] its node watch calls, until `shutdown` resolves. A change of a machine alone does not wake a node
+/// being deleted: such a node is looked at again every `resync` while its machine's deletion is under way.
+pub async fn run_on(
+    control: Client,
+    target: Client,
+    config: Config,
+    caches: (Store<Machine>, Store<Node>),
+    outlet: Outlet,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let Outlet {
+        mut deleting,
+        gone,
+        gone_again,
+    } = outlet;
+    let trigger = futures::stream::poll_fn(move |cx| deleting.poll_recv(cx)).map(Ok::<_, watcher::Error>);
+    let controller = Controller::for_stream(trigger, caches.1.clone());
+    drive(
+        control,
+        target,
+        config,
+        caches,
+        controller,
+        (gone, gone_again),
+        shutdown.boxed().shared(),
+    )
+    .await;
+}
+
+/// Runs `controller` (nodes being deleted) and the handling of nodes deleted outright until `shutdown` resolves.
+async fn drive(
+    control: Client,
+    target: Client,
+    config: Config,
+    (machines, nodes): (Store<Machine>, Store<Node>),
+    controller: Controller<Node>,
+    (mut gone_rx, gone_tx): (mpsc::UnboundedReceiver<Node>, mpsc::UnboundedSender<Node>),
+    shutdown: futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
+) {
     let context = Arc::new(Context {
         recorder: crate::events::Recorder::new(control.clone(), "machine-controller"),
         control,
@@ -105,18 +224,7 @@ pub async fn run(
         nodes: nodes.clone(),
         gone: gone_tx,
     });
-    // A machine's change (deleted, its deletion started, its node label set) looks again at its node if that node
-    // is being deleted.
-    let node_view = nodes.clone();
-    let work = Controller::for_stream(node_stream, nodes.clone())
-        .watches_stream(machine_stream, move |machine: Machine| {
-            let node = machine.labels().get(mcm_api::keys::labels::NODE)?.clone();
-            let reference = ObjectRef::<Node>::new(&node);
-            node_view
-                .get(&reference)
-                .filter(|n| n.metadata.deletion_timestamp.is_some())
-                .map(|_| reference)
-        })
+    let work = controller
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, context.clone())
         .for_each(|result| async move {

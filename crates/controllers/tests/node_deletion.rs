@@ -13,7 +13,7 @@ use kube::{
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use mcm_api::{Machine, MachinePhase, MachineSet, keys};
-use mcm_controllers::{machinedeployment, node_deletion};
+use mcm_controllers::{machine, machinedeployment, node_deletion};
 use mcm_core::{
     deletion::{DeletionStep, current_step},
     node_deletion::EVENT_REASON,
@@ -34,11 +34,7 @@ impl NodeDeletion {
         let task = tokio::spawn(node_deletion::run(
             cluster.client.clone(),
             cluster.client.clone(),
-            node_deletion::Config {
-                namespace: NAMESPACE.into(),
-                retry: Duration::from_millis(200),
-                resync: Duration::from_secs(30),
-            },
+            config(),
             async move {
                 let _ = stopped.await;
             },
@@ -132,6 +128,17 @@ async fn wait_node_gone(cluster: &Cluster, node: &str) {
     .await;
 }
 
+/// Waits for the machine's `TriggeredByNodeDeletion` Event (recorded just after the delete the test may already
+/// have seen) and asserts there is exactly one.
+async fn one_node_deleted_event(cluster: &Cluster, machine: &str) {
+    let count = wait_for("the TriggeredByNodeDeletion Event", async || {
+        let count = node_deleted_events(cluster, machine).await;
+        (count > 0).then_some(count)
+    })
+    .await;
+    assert_eq!(count, 1, "one TriggeredByNodeDeletion Event");
+}
+
 /// How many `TriggeredByNodeDeletion` Events the machine has.
 async fn node_deleted_events(cluster: &Cluster, machine: &str) -> usize {
     cluster
@@ -190,13 +197,43 @@ fn assert_released_after_the_flow(
     );
 }
 
+/// The config of the node deletion controllers of these tests.
+fn config() -> node_deletion::Config {
+    node_deletion::Config {
+        namespace: NAMESPACE.into(),
+        retry: Duration::from_millis(200),
+        resync: Duration::from_secs(30),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn deleting_a_node_replaces_its_machine_exactly_once_and_the_node_goes() {
     let cluster = world(2).await;
     let controller = NodeDeletion::start(&cluster);
+    delete_a_node_and_see_it_replaced_once(&cluster).await;
+    controller.stop().await;
+    cluster.stop().await;
+}
+
+/// As `mcm run` runs it: inside the machine controller, on its caches (one watch of the Machines and Nodes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_the_machine_controllers_caches_deleting_a_node_replaces_its_machine_exactly_once() {
+    let mut cluster = world(2).await;
+    cluster.stop_controller().await;
+    cluster.start_controller_with_extras(machine::Extras {
+        node_deletion: Some(config()),
+        ..machine::Extras::default()
+    });
+    delete_a_node_and_see_it_replaced_once(&cluster).await;
+    cluster.stop().await;
+}
+
+/// Deletes the node of one of the two Running machines and checks: that machine goes, exactly one replacement
+/// comes, one Event, the VM deleted, the node released only after the machine's flow.
+async fn delete_a_node_and_see_it_replaced_once(cluster: &Cluster) {
     let machine_history = History::start(cluster.machines()).await;
     let node_history = History::start(cluster.nodes()).await;
-    let victim = machines(&cluster).await.remove(0);
+    let victim = machines(cluster).await.remove(0);
     let (machine, node) = (victim.name_any(), node_label(&victim).expect("a node").to_owned());
 
     cluster
@@ -205,8 +242,8 @@ async fn deleting_a_node_replaces_its_machine_exactly_once_and_the_node_goes() {
         .await
         .expect("the node is deleted");
     cluster.wait_gone(&machine).await;
-    wait_node_gone(&cluster, &node).await;
-    running_with_held_nodes(&cluster, 2, &[&machine]).await;
+    wait_node_gone(cluster, &node).await;
+    running_with_held_nodes(cluster, 2, &[&machine]).await;
 
     assert_eq!(
         names_seen(&machine_history).len(),
@@ -214,14 +251,12 @@ async fn deleting_a_node_replaces_its_machine_exactly_once_and_the_node_goes() {
         "two machines and exactly one replacement: {:?}",
         names_seen(&machine_history)
     );
-    assert_eq!(node_deleted_events(&cluster, &machine).await, 1);
+    one_node_deleted_event(cluster, &machine).await;
     assert!(
         !cluster.driver.vms().iter().any(|vm| vm.machine_name == machine),
         "the machine's VM is deleted"
     );
     assert_released_after_the_flow(&machine_history, &node_history, &machine, &node);
-    controller.stop().await;
-    cluster.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -319,7 +354,7 @@ async fn a_node_deleted_without_our_finalizer_deletes_its_machine() {
             m.metadata.deletion_timestamp.is_some()
         })
         .await;
-    assert_eq!(node_deleted_events(&cluster, &name).await, 1);
+    one_node_deleted_event(&cluster, &name).await;
 
     cluster.start_controller();
     cluster.wait_gone(&name).await;
@@ -414,7 +449,7 @@ async fn a_controller_started_after_the_node_was_deleted_still_deletes_the_machi
     cluster.wait_gone(&name).await;
     wait_node_gone(&cluster, &node).await;
     running_with_held_nodes(&cluster, 1, &[&name]).await;
-    assert_eq!(node_deleted_events(&cluster, &name).await, 1);
+    one_node_deleted_event(&cluster, &name).await;
     controller.stop().await;
     cluster.stop().await;
 }

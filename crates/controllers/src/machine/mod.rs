@@ -125,6 +125,9 @@ pub struct Extras {
     pub freeze: crate::reachability::Freeze,
     /// The orphan VM collection to poke after deletions (`crate::orphans`).
     pub orphans: Option<crate::orphans::Trigger>,
+    /// Runs the node deletion controller (`crate::node_deletion`) on this controller's caches of the Machines and
+    /// Nodes (with a target cluster only), so that `mcm run` watches each kind once.
+    pub node_deletion: Option<crate::node_deletion::Config>,
 }
 
 impl Context {

@@ -19,7 +19,12 @@ pub async fn run(
         metrics,
         freeze,
         orphans,
+        node_deletion,
     } = extras;
+    let node_deletion = node_deletion
+        .filter(|_| target.is_some())
+        .map(|config| (config, crate::node_deletion::channel()));
+    let inlet = node_deletion.as_ref().map(|(_, (inlet, _))| inlet.clone());
     let namespace = config.namespace.clone();
     let machines_api: Api<Machine> = Api::namespaced(control.clone(), &namespace);
     let controller = Controller::new(machines_api, watcher::Config::default());
@@ -101,6 +106,11 @@ pub async fn run(
             .default_backoff()
             .inspect(move |item| node_health.observe(item))
             .modify(crate::cache::lean_node)
+            .inspect(move |event| {
+                if let (Some(inlet), Ok(event)) = (&inlet, event) {
+                    inlet.observe(event);
+                }
+            })
             .reflect(node_writer)
             .applied_objects();
         let machines = machines.clone();
@@ -153,9 +163,21 @@ pub async fn run(
         node_index,
         preserve_drains: PreserveDrains::default(),
     });
+    let shutdown = shutdown.boxed().shared();
+    let node_deletion = match (node_deletion, &context.target, &context.nodes) {
+        (Some((config, (_, outlet))), Some(target), Some(nodes)) => crate::node_deletion::run_on(
+            context.control.clone(),
+            target.clone(),
+            config,
+            (context.machines.clone(), nodes.clone()),
+            outlet,
+            shutdown.clone(),
+        )
+        .boxed(),
+        _ => futures::future::ready(()).boxed(),
+    };
     let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machine", &context.machines);
     let store = context.machines.clone();
-    let shutdown = shutdown.boxed().shared();
     let work = controller
         .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown.clone())
@@ -169,7 +191,7 @@ pub async fn run(
                 tracing::debug!(error = %err, "machine reconcile ended with an error");
             }
         });
-    crate::cache::until_stopped(work, &store, shutdown).await;
+    tokio::join!(crate::cache::until_stopped(work, &store, shutdown), node_deletion);
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature is kube-runtime's
