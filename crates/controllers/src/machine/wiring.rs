@@ -152,6 +152,7 @@ pub async fn run(
         metrics: metrics.clone(),
         node_index,
         preserve_drains: PreserveDrains::default(),
+        in_place_drains: InPlaceDrains::default(),
     });
     let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machine", &context.machines);
     let store = context.machines.clone();
