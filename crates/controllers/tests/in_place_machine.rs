@@ -31,7 +31,12 @@ fn in_place(node: &Node) -> Option<(String, String)> {
         .as_ref()?
         .iter()
         .find(|c| c.type_ == node_conditions::IN_PLACE_UPDATE)
-        .map(|c| (c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default()))
+        .map(|c| {
+            (
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        })
 }
 
 /// The distinct reasons the node's condition went through, in order.
@@ -156,7 +161,10 @@ async fn a_selected_node_is_drained_updated_in_place_and_keeps_its_vm() {
     let node = node_label(&machine).expect("a node").to_owned();
     let provider_id = machine.spec.provider_id.clone();
     let before = cluster.nodes().get(&node).await.unwrap();
-    assert_eq!(before.labels().get(INSTANCE_TYPE_LABEL).map(String::as_str), Some("small"));
+    assert_eq!(
+        before.labels().get(INSTANCE_TYPE_LABEL).map(String::as_str),
+        Some("small")
+    );
 
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     for (pod, daemon) in [("work", false), ("agent", true)] {
@@ -180,10 +188,7 @@ async fn a_selected_node_is_drained_updated_in_place_and_keeps_its_vm() {
         in_place(n).is_some_and(|(r, _)| r == reasons::UPDATE_SUCCESSFUL)
     })
     .await;
-    assert_eq!(
-        in_place(&updated).unwrap().1,
-        "Node in-place update successful"
-    );
+    assert_eq!(in_place(&updated).unwrap().1, "Node in-place update successful");
     assert_eq!(
         reasons_seen(&nodes, &node),
         [
@@ -196,14 +201,23 @@ async fn a_selected_node_is_drained_updated_in_place_and_keeps_its_vm() {
     );
     // Drained: cordoned, the pod evicted, the DaemonSet pod left.
     assert_eq!(updated.spec.as_ref().and_then(|s| s.unschedulable), Some(true));
-    assert!(pods.get_opt("work").await.unwrap().is_none(), "the pod was evicted");
-    assert!(pods.get_opt("agent").await.unwrap().is_some(), "the DaemonSet pod stays");
+    assert!(
+        pods.get_opt("work").await.unwrap().is_none(),
+        "the pod was evicted"
+    );
+    assert!(
+        pods.get_opt("agent").await.unwrap().is_some(),
+        "the DaemonSet pod stays"
+    );
     // The node agent's result, and the new size.
     assert_eq!(
         updated.labels().get(labels::UPDATE_RESULT).map(String::as_str),
         Some("successful")
     );
-    assert_eq!(updated.labels().get(INSTANCE_TYPE_LABEL).map(String::as_str), Some("medium"));
+    assert_eq!(
+        updated.labels().get(INSTANCE_TYPE_LABEL).map(String::as_str),
+        Some("medium")
+    );
     let capacity = updated.status.as_ref().and_then(|s| s.capacity.clone()).unwrap();
     assert_eq!(capacity["cpu"].0, "4");
     assert_eq!(capacity["memory"].0, "8Gi");
@@ -211,7 +225,9 @@ async fn a_selected_node_is_drained_updated_in_place_and_keeps_its_vm() {
     let rejoined = cluster.wait_phase(&name, MachinePhase::Running).await;
     let phases = phases_seen(&machines, &name);
     let updating = phases.iter().position(|p| *p == MachinePhase::InPlaceUpdating);
-    let successful = phases.iter().position(|p| *p == MachinePhase::InPlaceUpdateSuccessful);
+    let successful = phases
+        .iter()
+        .position(|p| *p == MachinePhase::InPlaceUpdateSuccessful);
     assert!(
         matches!((updating, successful), (Some(u), Some(s)) if u < s),
         "{phases:?}"
@@ -230,11 +246,13 @@ async fn a_selected_node_is_drained_updated_in_place_and_keeps_its_vm() {
     assert_eq!(vms[0].provider_spec.size.name, "medium");
     let mut names: Vec<String> = machines.versions().iter().map(|v| v.object.name_any()).collect();
     names.dedup();
-    assert_eq!(names, [name.clone()]);
+    assert_eq!(names, std::slice::from_ref(&name));
     let events = cluster.events_of(&name).await;
     assert!(
-        events.iter().any(|e| e.reason.as_deref() == Some("InPlaceUpdating")
-            && e.message.as_deref() == Some(&format!("Machine {name} is undergoing an in-place update"))),
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("InPlaceUpdating")
+                && e.message.as_deref() == Some(&format!("Machine {name} is undergoing an in-place update"))),
         "{events:?}"
     );
     cluster.stop().await;
@@ -252,12 +270,12 @@ async fn a_failed_update_is_reported_and_never_fails_or_replaces_the_machine() {
     let machine = one_machine_to_update(&mut cluster).await;
     let name = machine.name_any();
     let node = node_label(&machine).expect("a node").to_owned();
-    cluster.faults.fail_in_place_updates(&node, "the new image does not boot");
+    cluster
+        .faults
+        .fail_in_place_updates(&node, "the new image does not boot");
 
     select(&cluster, &node).await;
-    let failed = cluster
-        .wait_phase(&name, MachinePhase::InPlaceUpdateFailed)
-        .await;
+    let failed = cluster.wait_phase(&name, MachinePhase::InPlaceUpdateFailed).await;
     let op = &failed.status.as_ref().unwrap().last_operation;
     assert_eq!(
         op.description,
@@ -272,13 +290,18 @@ async fn a_failed_update_is_reported_and_never_fails_or_replaces_the_machine() {
         in_place(&n).unwrap().1,
         "Node in-place update failed: the new image does not boot"
     );
-    assert_eq!(n.labels().get(INSTANCE_TYPE_LABEL).map(String::as_str), Some("small"));
+    assert_eq!(
+        n.labels().get(INSTANCE_TYPE_LABEL).map(String::as_str),
+        Some("small")
+    );
 
     cluster.faults.set_node_not_ready(&node);
     let changed = watch_window(Duration::from_secs(5), async || {
         match cluster.machines().get_opt(&name).await.ok().flatten() {
             None => Some("deleted".to_owned()),
-            Some(m) if m.phase() != Some(MachinePhase::InPlaceUpdateFailed) => Some(format!("{:?}", m.phase())),
+            Some(m) if m.phase() != Some(MachinePhase::InPlaceUpdateFailed) => {
+                Some(format!("{:?}", m.phase()))
+            }
             Some(m) if m.is_deleting() => Some("deleting".to_owned()),
             Some(_) => None,
         }
@@ -310,10 +333,15 @@ async fn an_update_nobody_answers_fails_at_the_in_place_update_timeout() {
 
     select(&cluster, &node).await;
     let updating = cluster.wait_phase(&name, MachinePhase::InPlaceUpdating).await;
-    let started = updating.status.as_ref().unwrap().current_status.last_update_time.clone().unwrap();
-    let failed = cluster
-        .wait_phase(&name, MachinePhase::InPlaceUpdateFailed)
-        .await;
+    let started = updating
+        .status
+        .as_ref()
+        .unwrap()
+        .current_status
+        .last_update_time
+        .clone()
+        .unwrap();
+    let failed = cluster.wait_phase(&name, MachinePhase::InPlaceUpdateFailed).await;
     let status = failed.status.as_ref().unwrap();
     assert_eq!(
         status.last_operation.description,
@@ -325,7 +353,10 @@ async fn an_update_nobody_answers_fails_at_the_in_place_update_timeout() {
         "{started:?} → {ended:?}"
     );
     let n = cluster.nodes().get(&node).await.unwrap();
-    assert_eq!(in_place(&n).map(|(r, _)| r), Some(reasons::READY_FOR_UPDATE.to_owned()));
+    assert_eq!(
+        in_place(&n).map(|(r, _)| r),
+        Some(reasons::READY_FOR_UPDATE.to_owned())
+    );
     assert_eq!(n.labels().get(labels::UPDATE_RESULT), None);
     cluster.stop().await;
 }

@@ -462,21 +462,8 @@ impl Description {
         if rest == " successfully re-joined the cluster" {
             return Some(Self::Rejoined { machine });
         }
-        if rest == IN_PLACE_UPDATING {
-            return Some(Self::InPlaceUpdating { machine });
-        }
-        if rest == IN_PLACE_UPDATED {
-            return Some(Self::InPlaceUpdated { machine });
-        }
-        if let Some(reason) = rest.strip_prefix(IN_PLACE_FAILED) {
-            return Some(Self::InPlaceUpdateFailed {
-                machine,
-                reason: reason.to_owned(),
-            });
-        }
-        if let Some(timeout) = rest.strip_prefix(IN_PLACE_TIMED_OUT) {
-            let timeout = parse_go(timeout.strip_suffix('.')?)?;
-            return Some(Self::InPlaceUpdateTimedOut { machine, timeout });
+        if let Some(in_place) = Self::parse_in_place(&machine, &rest) {
+            return Some(in_place);
         }
         if let Some(conditions) = rest
             .strip_prefix(UNKNOWN_TRANSITION)
@@ -509,6 +496,28 @@ impl Description {
             });
         }
         None
+    }
+
+    /// The in-place update descriptions: `rest` is what follows `Machine <machine>`.
+    fn parse_in_place(machine: &str, rest: &str) -> Option<Self> {
+        let machine = machine.to_owned();
+        if rest == IN_PLACE_UPDATING {
+            return Some(Self::InPlaceUpdating { machine });
+        }
+        if rest == IN_PLACE_UPDATED {
+            return Some(Self::InPlaceUpdated { machine });
+        }
+        if let Some(reason) = rest.strip_prefix(IN_PLACE_FAILED) {
+            return Some(Self::InPlaceUpdateFailed {
+                machine,
+                reason: reason.to_owned(),
+            });
+        }
+        let timeout = rest.strip_prefix(IN_PLACE_TIMED_OUT)?.strip_suffix('.')?;
+        Some(Self::InPlaceUpdateTimedOut {
+            machine,
+            timeout: parse_go(timeout)?,
+        })
     }
 
     /// The description of a failed provider call of the creation flow, its message redacted.

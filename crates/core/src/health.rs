@@ -267,8 +267,7 @@ pub fn decide(input: &HealthInput<'_>) -> HealthPlan {
             | MachinePhase::Unknown
             | MachinePhase::CrashLoopBackOff
             | MachinePhase::InPlaceUpdateSuccessful,
-        ) if healthy && !held_pending =>
-        {
+        ) if healthy && !held_pending => {
             join(&ctx, &mut plan, &mut status);
         }
         // A preserved Failed machine that recovered returns to Running (reference §3.8; docs/preservation.md).
@@ -852,7 +851,10 @@ mod tests {
         let status = plan(&m, Some(&failed), CREATED + 10).status.unwrap();
         assert_eq!(status.phase(), Some(MachinePhase::InPlaceUpdateFailed));
         let op = status.last_operation.unwrap();
-        assert_eq!(op.description, "Machine m-1 failed to update dependencies: disk full");
+        assert_eq!(
+            op.description,
+            "Machine m-1 failed to update dependencies: disk full"
+        );
         assert_eq!(op.state, Some(MachineState::Failed));
     }
 
@@ -876,7 +878,11 @@ mod tests {
 
     #[test]
     fn in_place_update_successful_with_a_healthy_node_rejoins() {
-        let m = machine(MachinePhase::InPlaceUpdateSuccessful, CREATED, healthy_conditions());
+        let m = machine(
+            MachinePhase::InPlaceUpdateSuccessful,
+            CREATED,
+            healthy_conditions(),
+        );
         let p = plan(&m, Some(&node(healthy_conditions())), CREATED + 10);
         assert_eq!(p.transition, HealthTransition::Joined { first: false });
         let status = p.status.unwrap();

@@ -120,10 +120,17 @@ mod tests {
         .unwrap();
         m.metadata.labels = Some([(labels::FORCE_DRAIN.to_owned(), "True".to_owned())].into());
         m.spec.configuration.in_place_update_timeout = Some(mcm_api::GoDuration::new("5m"));
-        assert!(fields(&of_machine(&m)).is_empty(), "an in-place update reads both");
+        assert!(
+            fields(&of_machine(&m)).is_empty(),
+            "an in-place update reads both"
+        );
         m.metadata.annotations = Some([(annotations::PRESERVE.to_owned(), "now".to_owned())].into());
         let ignored = of_machine(&m);
         assert_eq!(fields(&ignored), ["metadata.labels[force-drain]"]);
-        assert!(summarize(&ignored).contains("preserved Failed machine"), "{}", summarize(&ignored));
+        assert!(
+            summarize(&ignored).contains("preserved Failed machine"),
+            "{}",
+            summarize(&ignored)
+        );
     }
 }

@@ -64,6 +64,12 @@ fn has_label(node: &Node, key: &str) -> bool {
     node.metadata.labels.as_ref().is_some_and(|l| l.contains_key(key))
 }
 
+/// Whether the node takes part in an in-place update at all (the label `candidate-for-update` or an
+/// `InPlaceUpdate` condition): the controller's cheap test before it resolves settings and calls [`decide`].
+pub fn concerns(node: &Node) -> bool {
+    has_label(node, labels::CANDIDATE_FOR_UPDATE) || condition_of(node).is_some()
+}
+
 /// The `InPlaceUpdate` condition with `reason` and `message`, status True, its transition at `now` (every step is
 /// a transition, as in the reference).
 pub fn condition(reason: &str, message: &str, now: Timestamp) -> NodeCondition {
@@ -123,7 +129,8 @@ pub fn decide(input: &InPlaceInput<'_>) -> InPlaceStep {
     let reason = reason_of(node);
     let selected = has_label(node, labels::SELECTED_FOR_UPDATE);
     if has_label(node, labels::CANDIDATE_FOR_UPDATE) {
-        let next_update = reason == Some(reasons::UPDATE_SUCCESSFUL) && !has_label(node, labels::UPDATE_RESULT);
+        let next_update =
+            reason == Some(reasons::UPDATE_SUCCESSFUL) && !has_label(node, labels::UPDATE_RESULT);
         if reason.is_none() || next_update {
             return InPlaceStep::Condition(condition(reasons::CANDIDATE_FOR_UPDATE, CANDIDATE_MESSAGE, now));
         }
@@ -148,9 +155,13 @@ pub fn decide(input: &InPlaceInput<'_>) -> InPlaceStep {
 fn result_condition(input: &InPlaceInput<'_>, reason: Option<&str>) -> Option<InPlaceStep> {
     let node = input.node;
     match node.label(labels::UPDATE_RESULT) {
-        Some(reasons::RESULT_SUCCESSFUL) if reason != Some(reasons::UPDATE_SUCCESSFUL) => Some(
-            InPlaceStep::Condition(condition(reasons::UPDATE_SUCCESSFUL, SUCCESSFUL_MESSAGE, input.now)),
-        ),
+        Some(reasons::RESULT_SUCCESSFUL) if reason != Some(reasons::UPDATE_SUCCESSFUL) => {
+            Some(InPlaceStep::Condition(condition(
+                reasons::UPDATE_SUCCESSFUL,
+                SUCCESSFUL_MESSAGE,
+                input.now,
+            )))
+        }
         Some(reasons::RESULT_FAILED) if reason != Some(reasons::UPDATE_FAILED) => {
             let message = format!("{FAILED_MESSAGE_PREFIX}{}", failed_reason(node, input.redactor));
             Some(InPlaceStep::Condition(condition(
@@ -165,7 +176,10 @@ fn result_condition(input: &InPlaceInput<'_>, reason: Option<&str>) -> Option<In
 
 /// The node's `update-failed-reason` annotation, secret values removed ("" without one).
 pub fn failed_reason(node: &Node, redactor: &Redactor) -> String {
-    redactor.redact(node.annotation(annotations::UPDATE_FAILED_REASON).unwrap_or_default())
+    redactor.redact(
+        node.annotation(annotations::UPDATE_FAILED_REASON)
+            .unwrap_or_default(),
+    )
 }
 
 /// How the drain before an update runs (reference `drainNodeForInPlace`): forced, with the force timeout and one
@@ -274,24 +288,6 @@ pub fn result_patch(result: Result<(), &str>, extra_labels: &BTreeMap<String, St
         "labels": node_labels,
         "annotations": { annotations::UPDATE_FAILED_REASON: reason },
     } })
-}
-
-/// The name of the machine behind a node: the node's label `node.gardener.cloud/machine-name`, else the node's
-/// name (the controllers name nodes after machines where providers let them).
-pub fn machine_name_of(node: &Node) -> String {
-    node.label(labels::NODE_MACHINE_NAME)
-        .map_or_else(|| node.metadata.name.clone().unwrap_or_default(), str::to_owned)
-}
-
-/// The name of the controlling owner of `kind` in `owners` (a machine's MachineSet, a set's MachineDeployment).
-pub fn controller_owner<'a>(
-    owners: Option<&'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference]>,
-    kind: &str,
-) -> Option<&'a str> {
-    owners?
-        .iter()
-        .find(|o| o.kind == kind && o.controller == Some(true))
-        .map(|o| o.name.as_str())
 }
 
 #[cfg(test)]

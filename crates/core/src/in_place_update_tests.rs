@@ -23,9 +23,11 @@ fn machine() -> Machine {
 
 /// A Ready node with `labels` and, when `reason` is given, the InPlaceUpdate condition since `since`.
 fn node(labels: &[(&str, &str)], reason: Option<&str>, since: i64) -> Node {
-    let mut builder = NodeBuilder::new("m-1")
-        .labels(labels.iter().copied())
-        .condition("Ready", "True", Some(at(T0 - 1000)));
+    let mut builder = NodeBuilder::new("m-1").labels(labels.iter().copied()).condition(
+        "Ready",
+        "True",
+        Some(at(T0 - 1000)),
+    );
     if let Some(reason) = reason {
         builder = builder.condition(node_conditions::IN_PLACE_UPDATE, "True", Some(at(since)));
         let mut node = builder.build();
@@ -62,7 +64,11 @@ const SELECTED: (&str, &str) = (labels::SELECTED_FOR_UPDATE, "true");
 
 #[test]
 fn a_node_without_the_candidate_label_or_a_condition_is_left_alone() {
-    assert_eq!(step(&machine(), &node(&[], None, T0), T0), InPlaceStep::Wait);
+    let n = node(&[], None, T0);
+    assert!(!concerns(&n));
+    assert_eq!(step(&machine(), &n, T0), InPlaceStep::Wait);
+    assert!(concerns(&node(&[CANDIDATE], None, T0)));
+    assert!(concerns(&node(&[], Some(reasons::UPDATE_SUCCESSFUL), T0)));
 }
 
 #[test]
@@ -70,9 +76,14 @@ fn a_candidate_node_gets_candidate_for_update_at_now() {
     let s = step(&machine(), &node(&[CANDIDATE], None, T0), T0 + 5);
     assert_eq!(
         written(&s),
-        (reasons::CANDIDATE_FOR_UPDATE, "Node is a candidate for in-place update")
+        (
+            reasons::CANDIDATE_FOR_UPDATE,
+            "Node is a candidate for in-place update"
+        )
     );
-    let InPlaceStep::Condition(c) = s else { unreachable!() };
+    let InPlaceStep::Condition(c) = s else {
+        unreachable!()
+    };
     assert_eq!(c.type_, "InPlaceUpdate");
     assert_eq!(c.status, "True");
     assert_eq!(c.last_transition_time, Some(Time(at(T0 + 5))));
@@ -85,7 +96,10 @@ fn a_candidate_stays_candidate_until_it_is_selected() {
     let n = node(&[CANDIDATE, SELECTED], Some(reasons::CANDIDATE_FOR_UPDATE), T0);
     assert_eq!(
         written(&step(&machine(), &n, T0 + 5)),
-        (reasons::SELECTED_FOR_UPDATE, "Node is selected for in-place update")
+        (
+            reasons::SELECTED_FOR_UPDATE,
+            "Node is selected for in-place update"
+        )
     );
 }
 
@@ -180,7 +194,11 @@ fn the_agents_result_becomes_the_condition_once() {
     assert_eq!(step(&machine(), &n, T0 + 1), InPlaceStep::Wait);
 
     let failed = (labels::UPDATE_RESULT, "failed");
-    let mut n = node(&[CANDIDATE, SELECTED, failed], Some(reasons::READY_FOR_UPDATE), T0);
+    let mut n = node(
+        &[CANDIDATE, SELECTED, failed],
+        Some(reasons::READY_FOR_UPDATE),
+        T0,
+    );
     n.metadata.annotations = Some(
         [(
             annotations::UPDATE_FAILED_REASON.to_owned(),
@@ -219,7 +237,10 @@ fn the_agents_result_becomes_the_condition_once() {
 #[test]
 fn a_successful_node_without_its_result_is_a_candidate_for_the_next_update() {
     let n = node(&[CANDIDATE], Some(reasons::UPDATE_SUCCESSFUL), T0);
-    assert_eq!(written(&step(&machine(), &n, T0 + 1)).0, reasons::CANDIDATE_FOR_UPDATE);
+    assert_eq!(
+        written(&step(&machine(), &n, T0 + 1)).0,
+        reasons::CANDIDATE_FOR_UPDATE
+    );
     // Without the candidate label (moved to the new set) nothing happens.
     let n = node(&[], Some(reasons::UPDATE_SUCCESSFUL), T0);
     assert_eq!(step(&machine(), &n, T0 + 1), InPlaceStep::Wait);
@@ -280,12 +301,4 @@ fn the_result_patch_sets_the_label_and_the_reason_in_one_write() {
             "annotations": {"node.machine.sapcloud.io/update-failed-reason": "no class"}
         }})
     );
-}
-
-#[test]
-fn the_machine_of_a_node_is_its_label_or_its_name() {
-    let n = node(&[], None, T0);
-    assert_eq!(machine_name_of(&n), "m-1");
-    let n = node(&[(labels::NODE_MACHINE_NAME, "m-7")], None, T0);
-    assert_eq!(machine_name_of(&n), "m-7");
 }

@@ -27,9 +27,16 @@ pub(super) async fn manage_in_place_update(
     now: jiff::Timestamp,
 ) -> Result<Option<Duration>, Error> {
     let name = machine.name_any();
+    if !in_place_update::concerns(node) {
+        forget_drain(ctx, &name);
+        return Ok(None);
+    }
     // An earlier step of this reconcile wrote the machine or the node: decide on the versions that follow.
     if ctx.stale(&format!("machine/{name}"), machine.resource_version().as_deref())
-        || ctx.stale(&format!("node/{}", node.name_any()), node.resource_version().as_deref())
+        || ctx.stale(
+            &format!("node/{}", node.name_any()),
+            node.resource_version().as_deref(),
+        )
     {
         return Ok(Some(IN_PLACE_RETRY));
     }
@@ -98,7 +105,9 @@ async fn drain(
     ctx: &Context,
     now: jiff::Timestamp,
 ) -> Result<Option<Duration>, Error> {
-    let Some(target) = &ctx.target else { return Ok(None) };
+    let Some(target) = &ctx.target else {
+        return Ok(None);
+    };
     let name = machine.name_any();
     let node_name = node.name_any();
     let mut tracker = ctx

@@ -25,7 +25,8 @@ use std::time::Duration;
 
 pub use disruption_budgets::{Blocker, blocker, misconfigured_pdb, pdbs_for_pod, selector_matches};
 pub use force::{
-    DrainMode, ForceReason, drain_mode, force_at, force_reason, max_evict_retries, node_force_deadlines, parse_bool,
+    DrainMode, ForceReason, drain_mode, force_at, force_reason, max_evict_retries, node_force_deadlines,
+    parse_bool,
 };
 pub use outcome::DrainOutcome;
 pub use pod_selection::{

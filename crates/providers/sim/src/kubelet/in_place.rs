@@ -8,12 +8,11 @@
 
 use k8s_openapi::api::core::v1::Node;
 use kube::{
-    Api, ResourceExt as _,
+    Api,
     api::{Patch, PatchParams},
 };
 use mcm_api::{
-    Machine, MachineClass, MachineDeployment, MachineSet,
-    keys::kubernetes::INSTANCE_TYPE_LABEL,
+    Machine, MachineClass, MachineDeployment, MachineSet, MetaExt as _, keys::kubernetes::INSTANCE_TYPE_LABEL,
 };
 use mcm_core::in_place_update;
 
@@ -34,7 +33,13 @@ struct Target {
 impl Runner {
     /// Updates the node `name` (VM `vm_id` of machine `namespace/machine`) in place and reports the result on the
     /// node.
-    pub(super) async fn update_in_place(&self, name: String, vm_id: u64, namespace: String, machine: String) -> Done {
+    pub(super) async fn update_in_place(
+        &self,
+        name: String,
+        vm_id: u64,
+        namespace: String,
+        machine: String,
+    ) -> Done {
         let failure = self
             .shared
             .lock()
@@ -56,14 +61,19 @@ impl Runner {
         if let Err(reason) = &result {
             tracing::warn!(node = name, reason, "sim kubelet: in-place update failed");
         }
-        let patch = in_place_update::result_patch(result.as_ref().map(|_| ()).map_err(String::as_str), &extra);
+        let patch =
+            in_place_update::result_patch(result.as_ref().map(|_| ()).map_err(String::as_str), &extra);
         match self
             .nodes
             .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
             .await
         {
             Ok(node) => {
-                tracing::info!(node = name, ok = result.is_ok(), "sim kubelet: in-place update result reported");
+                tracing::info!(
+                    node = name,
+                    ok = result.is_ok(),
+                    "sim kubelet: in-place update result reported"
+                );
                 Done::InPlaceUpdated {
                     name,
                     node: Some(Box::new(node)),
@@ -83,18 +93,18 @@ impl Runner {
         let client = &self.control;
         let machines: Api<Machine> = Api::namespaced(client.clone(), namespace);
         let machine_object = get(&machines, machine, "Machine").await?;
-        let set_name = in_place_update::controller_owner(
-            machine_object.metadata.owner_references.as_deref(),
-            "MachineSet",
-        )
-        .ok_or_else(|| format!("machine {namespace}/{machine} has no MachineSet owner"))?;
+        let set_name = machine_object
+            .controller_ref_of_kind(<MachineSet as k8s_openapi::Resource>::KIND)
+            .map(|r| r.name.clone())
+            .ok_or_else(|| format!("machine {namespace}/{machine} has no MachineSet owner"))?;
         let sets: Api<MachineSet> = Api::namespaced(client.clone(), namespace);
-        let set = get(&sets, set_name, "MachineSet").await?;
-        let deployment_name =
-            in_place_update::controller_owner(set.metadata.owner_references.as_deref(), "MachineDeployment")
-                .ok_or_else(|| format!("MachineSet {namespace}/{set_name} has no MachineDeployment owner"))?;
+        let set = get(&sets, &set_name, "MachineSet").await?;
+        let deployment_name = set
+            .controller_ref_of_kind(<MachineDeployment as k8s_openapi::Resource>::KIND)
+            .map(|r| r.name.clone())
+            .ok_or_else(|| format!("MachineSet {namespace}/{set_name} has no MachineDeployment owner"))?;
         let deployments: Api<MachineDeployment> = Api::namespaced(client.clone(), namespace);
-        let deployment = get(&deployments, deployment_name, "MachineDeployment").await?;
+        let deployment = get(&deployments, &deployment_name, "MachineDeployment").await?;
         let class_name = deployment.spec.template.spec.class.name.clone();
         let classes: Api<MachineClass> = Api::namespaced(client.clone(), namespace);
         let class = get(&classes, &class_name, "MachineClass").await?;
@@ -147,5 +157,5 @@ where
 
 /// Whether the node, as last seen, asks for an update now (see [`in_place_update::agent_should_update`]).
 pub(super) fn wants_update(node: &Node) -> bool {
-    in_place_update::agent_should_update(node) && !node.name_any().is_empty()
+    in_place_update::agent_should_update(node)
 }
