@@ -189,8 +189,14 @@ async fn a_selected_node_is_drained_updated_in_place_and_keeps_its_vm() {
     })
     .await;
     assert_eq!(in_place(&updated).unwrap().1, "Node in-place update successful");
+    // The watch may deliver the last version after the read above saw it.
+    let reasons = wait_for("the node's history to show UpdateSuccessful", async || {
+        let reasons = reasons_seen(&nodes, &node);
+        (reasons.last().map(String::as_str) == Some(reasons::UPDATE_SUCCESSFUL)).then_some(reasons)
+    })
+    .await;
     assert_eq!(
-        reasons_seen(&nodes, &node),
+        reasons,
         [
             reasons::CANDIDATE_FOR_UPDATE,
             reasons::SELECTED_FOR_UPDATE,
@@ -223,7 +229,12 @@ async fn a_selected_node_is_drained_updated_in_place_and_keeps_its_vm() {
     assert_eq!(capacity["memory"].0, "8Gi");
 
     let rejoined = cluster.wait_phase(&name, MachinePhase::Running).await;
-    let phases = phases_seen(&machines, &name);
+    let phases = wait_for("the machine's history to show Running again", async || {
+        let phases = phases_seen(&machines, &name);
+        let updated = phases.contains(&MachinePhase::InPlaceUpdateSuccessful);
+        (updated && phases.last() == Some(&MachinePhase::Running)).then_some(phases)
+    })
+    .await;
     let updating = phases.iter().position(|p| *p == MachinePhase::InPlaceUpdating);
     let successful = phases
         .iter()
