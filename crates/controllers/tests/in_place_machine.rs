@@ -145,6 +145,28 @@ async fn select(cluster: &Cluster, node: &str) {
     label_node(cluster, node, labels::SELECTED_FOR_UPDATE).await;
 }
 
+/// Two pods on `node` that end at once when deleted: `work` (to be evicted) and `agent`, controlled by a DaemonSet
+/// (to stay).
+async fn create_pods(cluster: &Cluster, node: &str) -> Api<Pod> {
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    for (pod, daemon) in [("work", false), ("agent", true)] {
+        let mut value = json!({
+            "metadata": {"name": pod},
+            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
+                     "containers": [{"name": "c", "image": "i"}]}
+        });
+        if daemon {
+            value["metadata"]["ownerReferences"] = json!([{
+                "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "ds-uid", "controller": true
+            }]);
+        }
+        pods.create(&PostParams::default(), &serde_json::from_value(value).unwrap())
+            .await
+            .expect("the pod is created");
+    }
+    pods
+}
+
 /// The whole protocol: the condition goes CandidateForUpdate → SelectedForUpdate → DrainSuccessful →
 /// ReadyForUpdate → UpdateSuccessful; the node is cordoned and its pod evicted (a DaemonSet pod stays); the machine
 /// goes InPlaceUpdating → InPlaceUpdateSuccessful (then Running again, re-joined); the VM is the same one (same
@@ -166,22 +188,7 @@ async fn a_selected_node_is_drained_updated_in_place_and_keeps_its_vm() {
         Some("small")
     );
 
-    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NAMESPACE);
-    for (pod, daemon) in [("work", false), ("agent", true)] {
-        let mut value = json!({
-            "metadata": {"name": pod},
-            "spec": {"nodeName": node, "terminationGracePeriodSeconds": 0,
-                     "containers": [{"name": "c", "image": "i"}]}
-        });
-        if daemon {
-            value["metadata"]["ownerReferences"] = json!([{
-                "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "ds-uid", "controller": true
-            }]);
-        }
-        pods.create(&PostParams::default(), &serde_json::from_value(value).unwrap())
-            .await
-            .expect("the pod is created");
-    }
+    let pods = create_pods(&cluster, &node).await;
 
     select(&cluster, &node).await;
     let updated = wait_node(&cluster, &node, "UpdateSuccessful", |n| {
