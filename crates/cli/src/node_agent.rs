@@ -42,6 +42,11 @@
 //! controller see an unhealthy node; `echo False > conditions/Ready` makes the node NotReady. Hidden files, names
 //! that are not condition types and other contents are ignored (with a warning).
 //!
+//! **In-place updates**: asked to apply one (node condition `InPlaceUpdate` reason `ReadyForUpdate`, no
+//! `node.machine.sapcloud.io/update-result` yet), the agent answers `update-result=failed` with the annotation
+//! `update-failed-reason` saying it cannot yet (its node credential may not read the machine's deployment, class or
+//! userData), so that the machine turns InPlaceUpdateFailed at once instead of at the in-place update timeout.
+//!
 //! **Exit codes.** SIGTERM or SIGINT: heartbeats stop and the agent exits 0 (the Node stays; the machine controller
 //! deletes it). A misconfiguration (a missing or invalid flag or variable, an unreadable CA, a malformed token, no
 //! token and no saved certificate) exits 2 with a message naming the flag and its variable. A refused token, a

@@ -143,8 +143,8 @@ pub(crate) struct ControllerFlags {
     /// The back-off never waits longer than this.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub(crate) machine_retry_backoff_cap: Duration,
-    /// How long a machine may take to update in place before it is Failed (kept in the settings; in-place updates
-    /// are not implemented yet).
+    /// How long a machine may stay InPlaceUpdating (from its drain to the node agent's update-result) before it is
+    /// InPlaceUpdateFailed; a machine's `inPlaceUpdateTimeout` overrides it (docs/in-place-update-machine.md).
     #[arg(long, default_value = "20m", value_parser = parse_duration)]
     pub(crate) machine_inplace_update_timeout: Duration,
     /// How long a machine stays preserved (`node.machine.sapcloud.io/preserve`; docs/preservation.md); a machine's
@@ -267,7 +267,6 @@ impl ControllerFlags {
     /// The flags accepted only for compatibility that are set to anything but their default, each with why it has
     /// no effect (docs/compatibility.md).
     pub(crate) fn ignored(&self) -> Vec<(&'static str, &'static str)> {
-        let defaults = mcm_core::ControllerSettings::default();
         let reference_unused = "unused by the reference too";
         [
             (
@@ -299,11 +298,6 @@ impl ControllerFlags {
                 "--min-resync-period",
                 parse_duration(MIN_RESYNC_PERIOD).is_ok_and(|d| d != self.min_resync_period),
                 "caches are event driven; the periodic pass is --machine-safety-resync",
-            ),
-            (
-                "--machine-inplace-update-timeout",
-                self.machine_inplace_update_timeout != defaults.machine_inplace_update_timeout,
-                "in-place updates are not supported (the InPlaceUpdate strategy is refused)",
             ),
         ]
         .into_iter()

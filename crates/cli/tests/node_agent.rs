@@ -640,6 +640,63 @@ async fn a_restarted_agent_reuses_its_certificate_after_the_token_is_deleted() {
     third.stop_with("TERM").await;
 }
 
+/// Asked for an in-place update (the machine controller's `InPlaceUpdate` condition `ReadyForUpdate`), the agent,
+/// which cannot apply one yet, answers at once: `update-result=failed` and an `update-failed-reason` saying why. It
+/// answers once, and the condition is left to the machine controller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_place_update_is_refused_at_once_with_the_reason() {
+    let cluster = Cluster::start().await;
+    let token = cluster.token("machine-6").await;
+    let mut agent = cluster.boot("machine-6", &token, "1");
+    cluster.node_where(&agent, "a Ready node", is_ready).await;
+    cluster
+        .nodes()
+        .patch_status(
+            "machine-6",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"status": {"conditions": [{
+                "type": "InPlaceUpdate", "status": "True", "reason": "ReadyForUpdate",
+                "message": "Node is ready for in-place update"
+            }]}})),
+        )
+        .await
+        .expect("the admin writes the condition");
+    let node = cluster
+        .node_where(&agent, "update-result=failed", |n| {
+            n.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("node.machine.sapcloud.io/update-result"))
+                .is_some_and(|v| v == "failed")
+        })
+        .await;
+    let reason = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("node.machine.sapcloud.io/update-failed-reason"))
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        reason.starts_with("mcm node-agent cannot apply in-place updates yet"),
+        "{reason}"
+    );
+    assert_eq!(
+        condition(&node, "InPlaceUpdate").and_then(|c| c.reason.as_deref()),
+        Some("ReadyForUpdate"),
+        "the condition is the machine controller's"
+    );
+    assert!(is_ready(&node), "the agent's own conditions are kept");
+    agent.stop_with("TERM").await;
+    assert_eq!(
+        agent.output().matches("in-place update refused").count(),
+        1,
+        "{}",
+        agent.output()
+    );
+    agent.assert_no_secrets(&token);
+}
+
 /// A Node deleted while its agent runs is not registered again; the agent keeps running until SIGTERM.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_node_is_not_registered_again() {

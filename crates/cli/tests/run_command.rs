@@ -274,15 +274,10 @@ fn flags_without_effect_warn_when_set() {
         String::from_utf8_lossy(&output.stderr).into_owned()
     };
     let stderr = run(&[
-        "--machine-inplace-update-timeout=5m",
         "--min-resync-period=1h",
         "--kube-api-content-type=application/json",
     ]);
     for (flag, why) in [
-        (
-            "--machine-inplace-update-timeout",
-            "in-place updates are not supported",
-        ),
         ("--min-resync-period", "caches are event driven"),
         ("--kube-api-content-type", "requests are JSON"),
     ] {
@@ -294,7 +289,7 @@ fn flags_without_effect_warn_when_set() {
     }
     let stderr = run(&[
         "--machine-preserve-timeout=1h",
-        "--machine-inplace-update-timeout=20m",
+        "--machine-inplace-update-timeout=5m",
         "--min-resync-period=12h",
     ]);
     assert!(!stderr.contains("it has no effect"), "{stderr}");

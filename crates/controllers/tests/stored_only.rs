@@ -2,9 +2,9 @@
 //! - a MachineDeployment with the InPlaceUpdate strategy stored by a server without our admission (a cluster with only
 //!   the CRDs) is held: no MachineSet is ever created, its conditions name `spec.strategy.type` and the reason, and
 //!   a Warning Event says so;
-//! - a field that is stored but has no effect (`inPlaceUpdateTimeout` of the template) gets one Warning Event naming
-//!   it. (Preservation, whose fields were warned about here before it was implemented, has its own tests:
-//!   preservation.rs.)
+//! - a setting that is stored but has no effect (the label `force-drain` on a preserved machine) gets one Warning
+//!   Event naming it. (Preservation and the in-place update timeout, warned about here before they were
+//!   implemented, have their own tests: preservation.rs, in_place_machine.rs.)
 
 mod support;
 
@@ -146,10 +146,11 @@ async fn an_in_place_update_deployment_is_held_with_a_clear_condition_and_no_set
     cluster.stop().await;
 }
 
-/// The template's `inPlaceUpdateTimeout` is stored but in-place updates are not supported: the deployment gets one
-/// Warning Event `NoEffect` naming the field, and its machines are created as usual.
+/// The template's `inPlaceUpdateTimeout` works (the machine side of in-place updates): no `NoEffect` warning. The
+/// label `force-drain` is read by the in-place update drain only, so on a preserved machine it gets one Warning
+/// Event `NoEffect` naming it; the machines are created as usual.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_in_place_update_timeout_gets_one_no_effect_warning() {
+async fn only_a_force_drain_label_on_a_preserved_machine_gets_one_no_effect_warning() {
     let mut cluster = Cluster::start_with_admission(support::settings(), true).await;
     cluster.create_class().await;
     cluster.start_set_controllers(machinedeployment::Config::new(NAMESPACE));
@@ -161,7 +162,10 @@ async fn an_in_place_update_timeout_gets_one_no_effect_warning() {
                 "keep",
                 2,
                 &json!({ "template": {
-                    "metadata": { "labels": { "pool": "keep" } },
+                    "metadata": {
+                        "labels": { "pool": "keep", "force-drain": "True" },
+                        "annotations": { "node.machine.sapcloud.io/preserve": "when-failed" }
+                    },
                     "spec": { "class": { "kind": "MachineClass", "name": CLASS }, "inPlaceUpdateTimeout": "5m" }
                 } }),
             ),
@@ -174,23 +178,28 @@ async fn an_in_place_update_timeout_gets_one_no_effect_warning() {
         (status.replicas == 2).then_some(())
     })
     .await;
-    let events = warnings(&cluster.client, "keep", "NoEffect").await;
-    assert_eq!(events.len(), 1, "{events:?}");
-    assert!(
-        events[0].contains("spec.template.spec.inPlaceUpdateTimeout")
-            && events[0].contains("in-place updates are not supported"),
-        "{events:?}"
-    );
-    // A deployment without it gets none.
-    deployments
-        .create(&PostParams::default(), &deployment("plain", 1, &json!({})))
+    assert!(warnings(&cluster.client, "keep", "NoEffect").await.is_empty());
+    let machines: Api<mcm_api::Machine> = Api::namespaced(cluster.client.clone(), NAMESPACE);
+    let names: Vec<String> = machines
+        .list(&ListParams::default().labels("pool=keep"))
         .await
-        .unwrap();
-    wait_for("the plain deployment's machine counted", async || {
-        let status = deployments.get("plain").await.ok()?.status?;
-        (status.replicas == 1).then_some(())
-    })
-    .await;
-    assert!(warnings(&cluster.client, "plain", "NoEffect").await.is_empty());
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|m| m.metadata.name)
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    for name in &names {
+        let events = wait_for("the machine's NoEffect warning", async || {
+            let events = warnings_about(&cluster.client, "Machine", name, "NoEffect").await;
+            (!events.is_empty()).then_some(events)
+        })
+        .await;
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert!(
+            events[0].contains("metadata.labels[force-drain]") && !events[0].contains("inPlaceUpdateTimeout"),
+            "{events:?}"
+        );
+    }
     cluster.stop().await;
 }

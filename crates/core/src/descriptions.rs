@@ -34,6 +34,10 @@ const INVALID_SPEC_PREFIX: &str = "Invalid machine or class: ";
 const SECRET_NOT_FOUND_MIDDLE: &str = ": Secret ";
 const SECRET_NOT_FOUND_NAMESPACE: &str = " not found in namespace ";
 const SECRETS_SEPARATOR: &str = "; ";
+const IN_PLACE_UPDATING: &str = " is undergoing an in-place update";
+const IN_PLACE_UPDATED: &str = " successfully updated dependencies";
+const IN_PLACE_FAILED: &str = " failed to update dependencies: ";
+const IN_PLACE_TIMED_OUT: &str = " failed to in-place update in ";
 
 /// A lastOperation description of the creation flow or the health check, typed.
 ///
@@ -141,6 +145,34 @@ pub enum Description {
     InvalidSpec {
         /// The problems, each naming its field.
         problems: String,
+    },
+    /// `Machine <machine> is undergoing an in-place update` (reference): the node is drained for an in-place update;
+    /// phase InPlaceUpdating.
+    InPlaceUpdating {
+        /// The machine's name.
+        machine: String,
+    },
+    /// `Machine <machine> successfully updated dependencies` (reference): the node agent reported
+    /// `update-result=successful`; phase InPlaceUpdateSuccessful.
+    InPlaceUpdated {
+        /// The machine's name.
+        machine: String,
+    },
+    /// `Machine <machine> failed to update dependencies: <reason>` (reference): the node agent reported
+    /// `update-result=failed` with the node annotation `update-failed-reason`; phase InPlaceUpdateFailed.
+    InPlaceUpdateFailed {
+        /// The machine's name.
+        machine: String,
+        /// The node's `update-failed-reason`, redacted.
+        reason: String,
+    },
+    /// `Machine <machine> failed to in-place update in <timeout>.` (reference, without its stray ` minutes`):
+    /// InPlaceUpdating for longer than the in-place update timeout → InPlaceUpdateFailed.
+    InPlaceUpdateTimedOut {
+        /// The machine's name.
+        machine: String,
+        /// The effective in-place update timeout.
+        timeout: Duration,
     },
     /// New: `secretRef: Secret "<name>" not found in namespace "<namespace>"`, several joined by `; ` (issue 19).
     /// A Secret the class refers to does not exist; the machine waits for it instead of reporting a missing
@@ -340,6 +372,14 @@ impl fmt::Display for Description {
                 "Machine {machine} is not healthy since {}. Changing status to failed{NODE_CONDITIONS}{conditions}",
                 go(*timeout)
             ),
+            Self::InPlaceUpdating { machine } => write!(f, "Machine {machine}{IN_PLACE_UPDATING}"),
+            Self::InPlaceUpdated { machine } => write!(f, "Machine {machine}{IN_PLACE_UPDATED}"),
+            Self::InPlaceUpdateFailed { machine, reason } => {
+                write!(f, "Machine {machine}{IN_PLACE_FAILED}{reason}")
+            }
+            Self::InPlaceUpdateTimedOut { machine, timeout } => {
+                write!(f, "Machine {machine}{IN_PLACE_TIMED_OUT}{}.", go(*timeout))
+            }
             Self::InvalidSpec { problems } => write!(f, "{INVALID_SPEC_PREFIX}{problems}"),
             Self::SecretNotFound { missing } => {
                 for (i, secret) in missing.iter().enumerate() {
@@ -422,6 +462,9 @@ impl Description {
         if rest == " successfully re-joined the cluster" {
             return Some(Self::Rejoined { machine });
         }
+        if let Some(in_place) = Self::parse_in_place(&machine, &rest) {
+            return Some(in_place);
+        }
         if let Some(conditions) = rest
             .strip_prefix(UNKNOWN_TRANSITION)
             .and_then(|r| r.strip_prefix(NODE_CONDITIONS))
@@ -453,6 +496,28 @@ impl Description {
             });
         }
         None
+    }
+
+    /// The in-place update descriptions: `rest` is what follows `Machine <machine>`.
+    fn parse_in_place(machine: &str, rest: &str) -> Option<Self> {
+        let machine = machine.to_owned();
+        if rest == IN_PLACE_UPDATING {
+            return Some(Self::InPlaceUpdating { machine });
+        }
+        if rest == IN_PLACE_UPDATED {
+            return Some(Self::InPlaceUpdated { machine });
+        }
+        if let Some(reason) = rest.strip_prefix(IN_PLACE_FAILED) {
+            return Some(Self::InPlaceUpdateFailed {
+                machine,
+                reason: reason.to_owned(),
+            });
+        }
+        let timeout = rest.strip_prefix(IN_PLACE_TIMED_OUT)?.strip_suffix('.')?;
+        Some(Self::InPlaceUpdateTimedOut {
+            machine,
+            timeout: parse_go(timeout)?,
+        })
     }
 
     /// The description of a failed provider call of the creation flow, its message redacted.
@@ -550,6 +615,20 @@ mod tests {
                 machine: "m-1".into(),
                 timeout: Duration::from_mins(10),
                 conditions: "Ready=Unknown".into(),
+            },
+            Description::InPlaceUpdating {
+                machine: "m-1".into(),
+            },
+            Description::InPlaceUpdated {
+                machine: "m-1".into(),
+            },
+            Description::InPlaceUpdateFailed {
+                machine: "m-1".into(),
+                reason: "class small2 not found".into(),
+            },
+            Description::InPlaceUpdateTimedOut {
+                machine: "m-1".into(),
+                timeout: Duration::from_mins(20),
             },
             Description::InvalidSpec {
                 problems: class_not_found("MachineClass", "c-1"),
@@ -654,6 +733,22 @@ mod tests {
             .to_string(),
             "Machine m failed to join the cluster in 20m0s."
         );
+        assert_eq!(
+            Description::InPlaceUpdating { machine: "m".into() }.to_string(),
+            "Machine m is undergoing an in-place update"
+        );
+        assert_eq!(
+            Description::InPlaceUpdated { machine: "m".into() }.to_string(),
+            "Machine m successfully updated dependencies"
+        );
+        assert_eq!(
+            Description::InPlaceUpdateFailed {
+                machine: "m".into(),
+                reason: "disk full".into()
+            }
+            .to_string(),
+            "Machine m failed to update dependencies: disk full"
+        );
     }
 
     #[test]
@@ -748,6 +843,10 @@ mod tests {
                 Description::NodeMissing { machine: machine.clone() },
                 Description::Unhealthy { machine: machine.clone(), conditions: message.clone() },
                 Description::JoinTimedOut { machine: machine.clone(), timeout },
+                Description::InPlaceUpdating { machine: machine.clone() },
+                Description::InPlaceUpdated { machine: machine.clone() },
+                Description::InPlaceUpdateFailed { machine: machine.clone(), reason: message.clone() },
+                Description::InPlaceUpdateTimedOut { machine: machine.clone(), timeout },
                 Description::InvalidSpec { problems: message.clone() },
                 Description::SecretNotFound { missing: vec![
                     missing(SecretField::SecretRef, &machine, "default"),

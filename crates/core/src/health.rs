@@ -13,6 +13,12 @@
 //! - Unknown at `currentStatus.lastUpdateTime + health timeout` (unless `disableHealthTimeout`) → Failed, but only
 //!   when the remediation guard allows: the plan carries the Failed status as a [`HealthPlan::failure_candidate`]
 //!   for the controller to pass through [`crate::remediation::decide`] with the rest of the group.
+//! - In-place updates (reference v0.58+): InPlaceUpdating and InPlaceUpdateFailed are neither Running nor Unknown
+//!   for health, and the health timeout never fails them. The node label `update-result` moves them:
+//!   `successful` → InPlaceUpdateSuccessful (`InPlaceUpdate/Successful "… successfully updated dependencies"`),
+//!   `failed` → InPlaceUpdateFailed (`InPlaceUpdate/Failed "… failed to update dependencies: <reason>"`).
+//!   InPlaceUpdating at `currentStatus.lastUpdateTime + in-place update timeout` → InPlaceUpdateFailed.
+//!   InPlaceUpdateSuccessful with a healthy node → Running ("re-joined", as the reference does).
 //! - Node conditions are copied onto the machine only when one is added or removed or changes type, status or
 //!   reason; heartbeat-only changes write nothing.
 //!
@@ -24,12 +30,12 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use mcm_api::{
     Machine, MachineOperationType, MachinePhase, MachineState, MetaExt,
-    keys::{annotations, taints},
+    keys::{annotations, in_place_update, labels, taints},
 };
 use serde_json::{Value, json};
 
 use crate::{
-    descriptions::{Description, conditions_summary},
+    descriptions::{Description, Redactor, conditions_summary},
     status::{StatusUpdate, operation, phase_status},
     timeouts::{self, ControllerSettings, SettingProblem, effective_settings},
     userdata,
@@ -96,6 +102,8 @@ pub struct HealthInput<'a> {
     pub node: Option<&'a Node>,
     /// The controller settings.
     pub settings: &'a ControllerSettings,
+    /// Removes secret values from the node agent's in-place update failure reason.
+    pub redactor: &'a Redactor,
     /// Now.
     pub now: Timestamp,
 }
@@ -250,10 +258,16 @@ pub fn decide(input: &HealthInput<'_>) -> HealthPlan {
     let held_pending =
         phase == Some(MachinePhase::Pending) && input.node.is_some_and(has_critical_components_taint);
     match phase {
+        Some(MachinePhase::InPlaceUpdating | MachinePhase::InPlaceUpdateFailed) => {
+            in_place(&ctx, &mut plan, &mut status);
+        }
         Some(MachinePhase::Running) if !healthy => become_unknown(&ctx, &mut plan, &mut status),
-        Some(MachinePhase::Pending | MachinePhase::Unknown | MachinePhase::CrashLoopBackOff)
-            if healthy && !held_pending =>
-        {
+        Some(
+            MachinePhase::Pending
+            | MachinePhase::Unknown
+            | MachinePhase::CrashLoopBackOff
+            | MachinePhase::InPlaceUpdateSuccessful,
+        ) if healthy && !held_pending => {
             join(&ctx, &mut plan, &mut status);
         }
         // A preserved Failed machine that recovered returns to Running (reference §3.8; docs/preservation.md).
@@ -327,6 +341,62 @@ fn join(ctx: &Context<'_>, plan: &mut HealthPlan, status: &mut StatusUpdate) {
         MachinePhase::Running,
     );
     plan.transition = HealthTransition::Joined { first };
+}
+
+/// InPlaceUpdating or InPlaceUpdateFailed: the node agent's `update-result`, else (InPlaceUpdating only) the in-place
+/// update timeout, measured from `currentStatus.lastUpdateTime`. Never the health timeout.
+fn in_place(ctx: &Context<'_>, plan: &mut HealthPlan, status: &mut StatusUpdate) {
+    let node = ctx.input.node;
+    let phase = ctx.input.machine.phase();
+    let machine = ctx.name.clone();
+    match node.and_then(|n| n.label(labels::UPDATE_RESULT)) {
+        Some(in_place_update::RESULT_SUCCESSFUL) => {
+            ctx.set(
+                status,
+                &Description::InPlaceUpdated { machine },
+                MachineState::Successful,
+                Some(MachineOperationType::InPlaceUpdate),
+                MachinePhase::InPlaceUpdateSuccessful,
+            );
+            return;
+        }
+        Some(in_place_update::RESULT_FAILED) if phase != Some(MachinePhase::InPlaceUpdateFailed) => {
+            let reason = node.map(|n| crate::in_place_update::failed_reason(n, ctx.input.redactor));
+            ctx.set(
+                status,
+                &Description::InPlaceUpdateFailed {
+                    machine,
+                    reason: reason.unwrap_or_default(),
+                },
+                MachineState::Failed,
+                Some(MachineOperationType::InPlaceUpdate),
+                MachinePhase::InPlaceUpdateFailed,
+            );
+            return;
+        }
+        _ => {}
+    }
+    if phase != Some(MachinePhase::InPlaceUpdating) {
+        return;
+    }
+    let now = ctx.input.now;
+    let timeout = ctx.effective.inplace_update_timeout;
+    let since = ctx
+        .existing
+        .and_then(|s| s.current_status.last_update_time.as_ref())
+        .map_or(now, |t| t.0);
+    let deadline = timeouts::add(since, timeout);
+    if now < deadline {
+        plan.requeue_after = Some(timeouts::elapsed(now, deadline));
+        return;
+    }
+    ctx.set(
+        status,
+        &Description::InPlaceUpdateTimedOut { machine, timeout },
+        MachineState::Failed,
+        Some(MachineOperationType::InPlaceUpdate),
+        MachinePhase::InPlaceUpdateFailed,
+    );
 }
 
 /// Pending → Failed at the creation deadline; until then, a timer at the deadline.
@@ -460,6 +530,7 @@ mod tests {
             machine,
             node,
             settings: &ControllerSettings::default(),
+            redactor: &Redactor::new(),
             now: at(now),
         })
     }
@@ -714,6 +785,114 @@ mod tests {
             Some(at(CREATED + 3600)),
             "the expiry is kept"
         );
+    }
+
+    fn in_place_node(result: Option<&str>, reason: Option<&str>) -> Node {
+        let mut n = node(healthy_conditions());
+        if let Some(result) = result {
+            n.metadata.labels = Some(BTreeMap::from([(
+                labels::UPDATE_RESULT.to_owned(),
+                result.to_owned(),
+            )]));
+        }
+        if let Some(reason) = reason {
+            n.metadata.annotations = Some(BTreeMap::from([(
+                annotations::UPDATE_FAILED_REASON.to_owned(),
+                reason.to_owned(),
+            )]));
+        }
+        n
+    }
+
+    #[test]
+    fn in_place_updating_is_never_failed_by_the_health_timeout_and_fails_at_the_in_place_timeout() {
+        // Unhealthy for far longer than the health timeout: no Unknown, no failure candidate.
+        let conditions = vec![condition("Ready", "False")];
+        let m = machine(MachinePhase::InPlaceUpdating, CREATED, conditions.clone());
+        let n = node(conditions);
+        let before = plan(&m, Some(&n), CREATED + 20 * 60 - 1);
+        assert_eq!(before.failure_candidate, None);
+        assert_eq!(before.status.as_ref().and_then(StatusUpdate::phase), None);
+        assert_eq!(before.requeue_after, Some(Duration::from_secs(1)));
+        let after = plan(&m, Some(&n), CREATED + 20 * 60);
+        assert_eq!(after.failure_candidate, None);
+        let status = after.status.unwrap();
+        assert_eq!(status.phase(), Some(MachinePhase::InPlaceUpdateFailed));
+        let op = status.last_operation.unwrap();
+        assert_eq!(op.description, "Machine m-1 failed to in-place update in 20m0s.");
+        assert_eq!(op.r#type, Some(MachineOperationType::InPlaceUpdate));
+        assert_eq!(op.state, Some(MachineState::Failed));
+    }
+
+    #[test]
+    fn a_per_machine_in_place_update_timeout_applies() {
+        let mut m = machine(MachinePhase::InPlaceUpdating, CREATED, healthy_conditions());
+        m.spec.configuration.in_place_update_timeout = Some(GoDuration::new("30s"));
+        let n = node(healthy_conditions());
+        assert_eq!(plan(&m, Some(&n), CREATED + 29).status, None);
+        assert_eq!(
+            plan(&m, Some(&n), CREATED + 30).status.unwrap().phase(),
+            Some(MachinePhase::InPlaceUpdateFailed)
+        );
+    }
+
+    #[test]
+    fn the_agents_result_moves_an_updating_machine() {
+        let m = machine(MachinePhase::InPlaceUpdating, CREATED, healthy_conditions());
+        let ok = in_place_node(Some("successful"), None);
+        let status = plan(&m, Some(&ok), CREATED + 10).status.unwrap();
+        assert_eq!(status.phase(), Some(MachinePhase::InPlaceUpdateSuccessful));
+        let op = status.last_operation.unwrap();
+        assert_eq!(op.description, "Machine m-1 successfully updated dependencies");
+        assert_eq!(op.state, Some(MachineState::Successful));
+        assert_eq!(op.r#type, Some(MachineOperationType::InPlaceUpdate));
+
+        let failed = in_place_node(Some("failed"), Some("disk full"));
+        let status = plan(&m, Some(&failed), CREATED + 10).status.unwrap();
+        assert_eq!(status.phase(), Some(MachinePhase::InPlaceUpdateFailed));
+        let op = status.last_operation.unwrap();
+        assert_eq!(
+            op.description,
+            "Machine m-1 failed to update dependencies: disk full"
+        );
+        assert_eq!(op.state, Some(MachineState::Failed));
+    }
+
+    #[test]
+    fn in_place_update_failed_stays_whatever_the_health_until_a_success() {
+        let conditions = vec![condition("Ready", "False")];
+        let m = machine(MachinePhase::InPlaceUpdateFailed, CREATED, conditions.clone());
+        let n = node(conditions);
+        let p = plan(&m, Some(&n), CREATED + 100_000);
+        assert_eq!(p.failure_candidate, None);
+        assert_eq!(p.status, None);
+        let m = machine(MachinePhase::InPlaceUpdateFailed, CREATED, healthy_conditions());
+        let failed = in_place_node(Some("failed"), Some("disk full"));
+        assert_eq!(plan(&m, Some(&failed), CREATED + 100_000).status, None);
+        let ok = in_place_node(Some("successful"), None);
+        assert_eq!(
+            plan(&m, Some(&ok), CREATED + 10).status.unwrap().phase(),
+            Some(MachinePhase::InPlaceUpdateSuccessful)
+        );
+    }
+
+    #[test]
+    fn in_place_update_successful_with_a_healthy_node_rejoins() {
+        let m = machine(
+            MachinePhase::InPlaceUpdateSuccessful,
+            CREATED,
+            healthy_conditions(),
+        );
+        let p = plan(&m, Some(&node(healthy_conditions())), CREATED + 10);
+        assert_eq!(p.transition, HealthTransition::Joined { first: false });
+        let status = p.status.unwrap();
+        assert_eq!(status.phase(), Some(MachinePhase::Running));
+        assert_eq!(
+            status.last_operation.unwrap().description,
+            "Machine m-1 successfully re-joined the cluster"
+        );
+        let unhealthy = plan(&m, Some(&node(vec![condition("Ready", "False")])), CREATED + 10);
+        assert_eq!(unhealthy.status.and_then(|s| s.phase()), None);
     }
 
     #[test]

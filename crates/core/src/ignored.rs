@@ -3,7 +3,10 @@
 //! of silently ignoring it. The table of every reference flag, field and key with our verdict is
 //! docs/compatibility.md; what is refused outright (the InPlaceUpdate strategy) is validation's.
 
-use mcm_api::{Machine, MachineConfiguration, MachineDeployment, MachineSet, keys::labels};
+use mcm_api::{
+    Machine, MachineDeployment, MachineSet, MetaExt,
+    keys::{annotations, labels},
+};
 
 /// The reason of the Warning Event about a setting that has no effect.
 pub const NO_EFFECT: &str = "NoEffect";
@@ -36,58 +39,31 @@ pub fn summarize(ignored: &[Ignored]) -> String {
         .join("; ")
 }
 
-const IN_PLACE_TIMEOUT: &str = "in-place updates are not supported; the value is not used";
-const FORCE_DRAIN: &str = "the reference forces the drain of in-place updates and preservation with it; \
-     in-place updates are not implemented and the preservation drain does not read it (a deletion's drain is \
-     forced by force-deletion or the drain timeout)";
+const FORCE_DRAIN: &str = "the reference also forces the drain of a preserved Failed machine with it; here only the \
+     drain before an in-place update reads it (a preserved machine's drain is forced by the drain timeout)";
 
-/// The per-machine settings of a template or machine (`prefix` is where `configuration` sits).
-fn configuration(config: &MachineConfiguration, prefix: &str, out: &mut Vec<Ignored>) {
-    if config.in_place_update_timeout.is_some() {
-        out.push(Ignored::new(
-            format!("{prefix}.inPlaceUpdateTimeout"),
-            IN_PLACE_TIMEOUT,
-        ));
-    }
+/// What the deployment sets that has no effect: nothing now (its template's `inPlaceUpdateTimeout` works since
+/// the machine side of in-place updates); kept so that the next such setting has its place and its warning.
+pub fn of_machine_deployment(_deployment: &MachineDeployment) -> Vec<Ignored> {
+    Vec::new()
 }
 
-/// What the deployment sets that has no effect.
-pub fn of_machine_deployment(deployment: &MachineDeployment) -> Vec<Ignored> {
-    let mut out = Vec::new();
-    configuration(
-        &deployment.spec.template.spec.configuration,
-        "spec.template.spec",
-        &mut out,
-    );
-    out
+/// What the set sets that has no effect: nothing now (see [`of_machine_deployment`]).
+pub fn of_machine_set(_set: &MachineSet) -> Vec<Ignored> {
+    Vec::new()
 }
 
-/// What the set sets that has no effect.
-pub fn of_machine_set(set: &MachineSet) -> Vec<Ignored> {
-    let mut out = Vec::new();
-    configuration(
-        &set.spec.template.spec.configuration,
-        "spec.template.spec",
-        &mut out,
-    );
-    out
-}
-
-/// What the machine sets that has no effect.
+/// What the machine sets that has no effect: the label `force-drain` on a preserved machine (the in-place update
+/// drain reads it; the drain of a preserved Failed machine does not).
 pub fn of_machine(machine: &Machine) -> Vec<Ignored> {
     let mut out = Vec::new();
-    if machine
-        .metadata
-        .labels
-        .as_ref()
-        .is_some_and(|l| l.contains_key(labels::FORCE_DRAIN))
-    {
+    let preserved = machine.annotation(annotations::PRESERVE).is_some();
+    if preserved && machine.label(labels::FORCE_DRAIN).is_some() {
         out.push(Ignored::new(
             format!("metadata.labels[{}]", labels::FORCE_DRAIN),
             FORCE_DRAIN,
         ));
     }
-    configuration(&machine.spec.configuration, "spec", &mut out);
     out
 }
 
@@ -111,9 +87,10 @@ mod tests {
         ignored.iter().map(|i| i.field.as_str()).collect()
     }
 
-    /// Preservation works (docs/preservation.md): its fields are not named; the in-place update timeout is.
+    /// Preservation and in-place updates work (docs/preservation.md, docs/in-place-update-machine.md): their
+    /// fields are not named.
     #[test]
-    fn a_deployment_names_the_in_place_update_timeout_and_not_the_preservation_fields() {
+    fn a_deployment_or_set_names_neither_preservation_nor_in_place_update_fields() {
         assert!(of_machine_deployment(&deployment(&json!({}))).is_empty());
         let d = deployment(&json!({
             "autoPreserveFailedMachineMax": 2,
@@ -123,18 +100,7 @@ mod tests {
                 "inPlaceUpdateTimeout": "5m"
             } }
         }));
-        let ignored = of_machine_deployment(&d);
-        assert_eq!(fields(&ignored), ["spec.template.spec.inPlaceUpdateTimeout"]);
-        assert!(
-            summarize(&ignored)
-                .starts_with("spec.template.spec.inPlaceUpdateTimeout: in-place updates are not supported"),
-            "{}",
-            summarize(&ignored)
-        );
-    }
-
-    #[test]
-    fn a_set_names_its_template_in_place_update_timeout() {
+        assert!(fields(&of_machine_deployment(&d)).is_empty());
         let set: MachineSet = serde_json::from_value(json!({
             "metadata": { "name": "s" },
             "spec": { "replicas": 1, "autoPreserveFailedMachineMax": 1,
@@ -142,25 +108,29 @@ mod tests {
                                               "inPlaceUpdateTimeout": "5m" } } }
         }))
         .unwrap();
-        assert_eq!(
-            fields(&of_machine_set(&set)),
-            ["spec.template.spec.inPlaceUpdateTimeout"]
-        );
+        assert!(fields(&of_machine_set(&set)).is_empty());
     }
 
     #[test]
-    fn a_machine_names_the_force_drain_label_and_its_in_place_update_timeout() {
+    fn a_machine_names_the_force_drain_label_only_when_preserved() {
         let mut m: Machine = serde_json::from_value(json!({
-            "metadata": { "name": "m", "annotations": { "node.machine.sapcloud.io/preserve": "now" } },
+            "metadata": { "name": "m" },
             "spec": { "class": { "kind": "MachineClass", "name": "c" } }
         }))
         .unwrap();
         m.metadata.labels = Some([(labels::FORCE_DRAIN.to_owned(), "True".to_owned())].into());
-        m.spec.configuration.machine_preserve_timeout = Some(mcm_api::GoDuration::new("1h"));
         m.spec.configuration.in_place_update_timeout = Some(mcm_api::GoDuration::new("5m"));
-        assert_eq!(
-            fields(&of_machine(&m)),
-            ["metadata.labels[force-drain]", "spec.inPlaceUpdateTimeout"]
+        assert!(
+            fields(&of_machine(&m)).is_empty(),
+            "an in-place update reads both"
+        );
+        m.metadata.annotations = Some([(annotations::PRESERVE.to_owned(), "now".to_owned())].into());
+        let ignored = of_machine(&m);
+        assert_eq!(fields(&ignored), ["metadata.labels[force-drain]"]);
+        assert!(
+            summarize(&ignored).contains("preserved Failed machine"),
+            "{}",
+            summarize(&ignored)
         );
     }
 }

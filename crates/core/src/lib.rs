@@ -23,6 +23,8 @@ pub mod finalizers;
 pub mod health;
 // Settings the reference acts on and this project only stores, named for a one-time warning.
 pub mod ignored;
+// The machine side of an in-place update: the node's InPlaceUpdate condition, the drain, what node agents do.
+pub mod in_place_update;
 // Leader election on a Lease: acquire, renew, release, decided purely.
 pub mod leader;
 // The MachineSet controller's ownership, expectations, replicas, deletion order and status.

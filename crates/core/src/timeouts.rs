@@ -30,7 +30,8 @@ pub struct ControllerSettings {
     pub machine_health_timeout: Duration,
     /// `--machine-drain-timeout` (2h): how long a drain may take before it turns into a force drain.
     pub machine_drain_timeout: Duration,
-    /// `--machine-inplace-update-timeout` (20m).
+    /// `--machine-inplace-update-timeout` (20m): how long a machine may stay InPlaceUpdating before it is
+    /// InPlaceUpdateFailed.
     pub machine_inplace_update_timeout: Duration,
     /// `--machine-preserve-timeout` (96h).
     pub machine_preserve_timeout: Duration,

@@ -16,7 +16,10 @@ use kube::{
     api::{Patch, PatchParams, PostParams},
 };
 use mcm_api::keys::kubernetes::{ARCH_LABEL, HOSTNAME_LABEL, NODE_LEASE_NAMESPACE, OS_LABEL};
-use mcm_core::node_report::{self, DEFAULT_LEASE_DURATION, MAX_PODS, NodeLease, StatusReport};
+use mcm_core::{
+    in_place_update,
+    node_report::{self, DEFAULT_LEASE_DURATION, MAX_PODS, NodeLease, StatusReport},
+};
 use serde_json::{Value, json};
 
 use super::{
@@ -27,6 +30,10 @@ use super::{
     host::{go_arch, go_os, os_image, read_trimmed},
     settings::Settings,
 };
+
+/// The `update-failed-reason` of an in-place update this agent is asked to apply.
+const IN_PLACE_UNSUPPORTED: &str = "mcm node-agent cannot apply in-place updates yet: its node credential may not \
+     read the machine's MachineDeployment, MachineClass or userData Secret";
 
 /// The node status is written when it changed and at least every 4 heartbeats, as kubelet does.
 const STATUS_REPORT: StatusReport = StatusReport::AtLeastEvery(4);
@@ -282,9 +289,27 @@ impl Agent {
         let lease = self.renew_lease(&uid).await;
         self.beats_since_status = self.beats_since_status.saturating_add(1);
         let status = self.write_status_if_needed(&node, &files).await;
+        let update = self.refuse_in_place_update(&node).await;
         lease?;
         status?;
+        update?;
         Ok(Beat::Alive)
+    }
+
+    /// Answers an in-place update (`InPlaceUpdate` condition `ReadyForUpdate`, no `update-result` yet) with
+    /// `update-result=failed` and why: the agent cannot apply one yet (docs/in-place-update-machine.md), and saying
+    /// so at once beats the machine waiting for the in-place update timeout.
+    async fn refuse_in_place_update(&self, node: &Node) -> anyhow::Result<()> {
+        if !in_place_update::agent_should_update(node) {
+            return Ok(());
+        }
+        let patch = in_place_update::result_patch(Err(IN_PLACE_UNSUPPORTED), &BTreeMap::new());
+        self.nodes
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|err| anyhow::Error::new(err).context("reporting the in-place update result"))?;
+        tracing::warn!(reason = IN_PLACE_UNSUPPORTED, "in-place update refused");
+        Ok(())
     }
 
     async fn renew_lease(&self, uid: &str) -> anyhow::Result<()> {

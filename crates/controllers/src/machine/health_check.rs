@@ -9,6 +9,7 @@ pub(super) async fn check_health(
     class: &MachineClass,
     secret: &Secret,
     node: Option<&Node>,
+    redactor: &Redactor,
     ctx: &Context,
     now: jiff::Timestamp,
 ) -> Result<Option<Duration>, Error> {
@@ -16,6 +17,7 @@ pub(super) async fn check_health(
         machine,
         node,
         settings: &ctx.config.settings,
+        redactor,
         now,
     });
     let mut status = plan.status.clone();
@@ -72,7 +74,10 @@ pub(super) async fn check_health(
         }
         drop(remediation_guard.take());
         if let Some(phase) = status.phase().filter(|p| Some(*p) != machine.phase()) {
-            let kind = if phase == mcm_api::MachinePhase::Failed {
+            let kind = if matches!(
+                phase,
+                mcm_api::MachinePhase::Failed | mcm_api::MachinePhase::InPlaceUpdateFailed
+            ) {
                 EventType::Warning
             } else {
                 EventType::Normal

@@ -43,6 +43,7 @@ use crate::{
 
 mod deleting;
 mod health_check;
+mod in_place;
 mod memory;
 mod node_sync;
 mod preservation;
@@ -54,7 +55,9 @@ mod wiring;
 use self::memory::MachineMemory;
 pub use self::wiring::run;
 #[allow(clippy::wildcard_imports)]
-use self::{deleting::*, health_check::*, node_sync::*, preservation::*, provision::*, reconcile::*};
+use self::{
+    deleting::*, health_check::*, in_place::*, node_sync::*, preservation::*, provision::*, reconcile::*,
+};
 
 /// How the machine controller runs.
 #[derive(Clone, Debug)]
@@ -111,6 +114,8 @@ pub struct Context {
     node_index: NodeIndex,
     /// Per machine: the drain of its node while it is preserved and Failed.
     preserve_drains: PreserveDrains,
+    /// Per machine: the drain of its node before an in-place update.
+    in_place_drains: InPlaceDrains,
 }
 
 /// Node name → machine name (the controller's namespace).

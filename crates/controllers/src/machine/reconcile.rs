@@ -175,9 +175,12 @@ pub(super) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Resul
     let node = node_name.as_deref().and_then(|n| ctx.node(n));
     let mut requeue = None;
     if ctx.target.is_some() {
-        requeue = check_health(&machine, &class, &secret, node.as_deref(), &ctx, now).await?;
+        requeue = check_health(&machine, &class, &secret, node.as_deref(), &redactor, &ctx, now).await?;
         if let Some(node) = &node {
             sync_node(&machine, &class, node, &ctx).await?;
+            if let Some(after) = manage_in_place_update(&machine, node, &redactor, &ctx, now).await? {
+                requeue = Some(requeue.map_or(after, |r: Duration| r.min(after)));
+            }
         }
     }
     if let Some(after) = manage_preservation(&machine, node.as_deref(), &ctx, now).await? {

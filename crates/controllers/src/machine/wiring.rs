@@ -162,6 +162,7 @@ pub async fn run(
         metrics: metrics.clone(),
         node_index,
         preserve_drains: PreserveDrains::default(),
+        in_place_drains: InPlaceDrains::default(),
     });
     let shutdown = shutdown.boxed().shared();
     let node_deletion = match (node_deletion, &context.target, &context.nodes) {

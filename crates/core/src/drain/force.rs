@@ -34,6 +34,13 @@ pub enum ForceReason {
         /// The force-drain period (5m).
         after: Duration,
     },
+    /// In-place update: the machine has the label `force-drain=True`.
+    DrainLabel,
+    /// In-place update: the drain timeout has passed since the node was selected for the update.
+    SelectedTimeout {
+        /// The effective drain timeout.
+        timeout: Duration,
+    },
 }
 
 impl fmt::Display for ForceReason {
@@ -53,6 +60,12 @@ impl fmt::Display for ForceReason {
             Self::ReadonlyFilesystem { after } => {
                 write!(f, "the node's filesystem has been read-only for {}", go(*after))
             }
+            Self::DrainLabel => write!(f, "the machine has the label {}=True", labels::FORCE_DRAIN),
+            Self::SelectedTimeout { timeout } => write!(
+                f,
+                "the drain timeout of {} has passed since the node was selected for an in-place update",
+                go(*timeout)
+            ),
         }
     }
 }
@@ -93,7 +106,6 @@ fn force_deadlines(
     conditions: &[NodeCondition],
     settings: &EffectiveSettings,
 ) -> Vec<(Timestamp, ForceReason)> {
-    let after = settings.force_drain_unhealthy_after;
     let mut deadlines = Vec::new();
     if let Some(deleted) = machine.metadata.deletion_timestamp.as_ref() {
         deadlines.push((
@@ -103,6 +115,18 @@ fn force_deadlines(
             },
         ));
     }
+    deadlines.extend(node_force_deadlines(conditions, settings));
+    deadlines
+}
+
+/// The instants at which the node's own state forces a drain (not Ready, read-only filesystem, for
+/// `force_drain_unhealthy_after`), with the reason each gives; shared by every drain (deletion, in-place update).
+pub fn node_force_deadlines(
+    conditions: &[NodeCondition],
+    settings: &EffectiveSettings,
+) -> Vec<(Timestamp, ForceReason)> {
+    let after = settings.force_drain_unhealthy_after;
+    let mut deadlines = Vec::new();
     if let Some(since) = unhealthy_since(conditions, READY) {
         deadlines.push((timeouts::add(since, after), ForceReason::NodeNotReady { after }));
     }

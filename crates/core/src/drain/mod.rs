@@ -24,7 +24,10 @@ mod volumes;
 use std::time::Duration;
 
 pub use disruption_budgets::{Blocker, blocker, misconfigured_pdb, pdbs_for_pod, selector_matches};
-pub use force::{DrainMode, ForceReason, drain_mode, force_at, force_reason, max_evict_retries, parse_bool};
+pub use force::{
+    DrainMode, ForceReason, drain_mode, force_at, force_reason, max_evict_retries, node_force_deadlines,
+    parse_bool,
+};
 pub use outcome::DrainOutcome;
 pub use pod_selection::{
     DrainPlan, PodRef, SkipReason, WaitReason, claims, detach_timeout, grace_period, is_daemonset_pod,

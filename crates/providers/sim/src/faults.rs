@@ -7,8 +7,9 @@
 //!   order they were added, answers the call.
 //! - **VM faults**: [`Faults::vanish`] makes a machine's VM disappear from the provider; [`Faults::duplicate`]
 //!   adds a second VM for a machine.
-//! - **Kubelet faults**: [`Faults::set_node_not_ready`], [`Faults::set_condition`], [`Faults::stop_heartbeats`]
-//!   and their inverses; the kubelet writes the change at once.
+//! - **Kubelet faults**: [`Faults::set_node_not_ready`], [`Faults::set_condition`], [`Faults::stop_heartbeats`],
+//!   [`Faults::fail_in_place_updates`], [`Faults::hold_in_place_updates`] and their inverses; the kubelet writes the
+//!   change at once.
 //! - **Latency**: [`Faults::set_latency`] changes the latency of a method at run time.
 //! - **Call counts**: [`Faults::calls`] and [`Faults::calls_for`] count every call by method and by machine,
 //!   failed ones included.
@@ -253,6 +254,10 @@ pub(crate) struct NodeFaults {
     pub(crate) conditions: BTreeMap<String, ConditionStatus>,
     /// The kubelet neither renews the Lease nor writes the node.
     pub(crate) heartbeats_stopped: bool,
+    /// An in-place update of the node fails with this reason (the kubelet sets `update-result=failed`).
+    pub(crate) in_place_update_failure: Option<String>,
+    /// The kubelet does not answer an in-place update of the node (a node agent that hangs).
+    pub(crate) in_place_updates_held: bool,
 }
 
 /// The fault-injection handle of a [`crate::SimDriver`]: cloneable, shared with tests, every change visible to
@@ -447,7 +452,29 @@ impl Faults {
             .is_some_and(|f| f.heartbeats_stopped)
     }
 
-    /// Removes every kubelet fault of the node (conditions and stopped heartbeats).
+    /// Makes the next in-place updates of the node fail: the kubelet, told `ReadyForUpdate`, changes nothing and sets
+    /// the node label `update-result=failed` with the annotation `update-failed-reason` = `reason`.
+    pub fn fail_in_place_updates(&self, node: &str, reason: &str) {
+        let reason = reason.to_owned();
+        self.node_fault(node, |faults| faults.in_place_update_failure = Some(reason));
+    }
+
+    /// Makes the kubelet leave the node's in-place updates unanswered (no `update-result`), as a hung node agent
+    /// would: the machine stays InPlaceUpdating until the in-place update timeout.
+    pub fn hold_in_place_updates(&self, node: &str) {
+        self.node_fault(node, |faults| faults.in_place_updates_held = true);
+    }
+
+    /// Lets the node's in-place updates go through and succeed again (undoes [`Faults::fail_in_place_updates`] and
+    /// [`Faults::hold_in_place_updates`]).
+    pub fn allow_in_place_updates(&self, node: &str) {
+        self.node_fault(node, |faults| {
+            faults.in_place_update_failure = None;
+            faults.in_place_updates_held = false;
+        });
+    }
+
+    /// Removes every kubelet fault of the node (conditions, stopped heartbeats, failing in-place updates).
     pub fn clear_node_faults(&self, node: &str) {
         self.node_fault(node, |faults| *faults = NodeFaults::default());
     }

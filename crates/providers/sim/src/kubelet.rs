@@ -35,10 +35,15 @@
 //!   else, nothing is done for that node's pods and volumes; the server then ends its deleting pods itself once the
 //!   Lease is stale.
 //!
+//! **In-place updates** (`in_place`): on the node condition `InPlaceUpdate` reason `ReadyForUpdate` the kubelet plays
+//! Gardener's node agent: the VM takes the class the machine's deployment names now (its size, so the node's
+//! capacity and instance-type label), the VM is kept, and the node label `update-result` reports the result.
+//!
 //! This file holds the public face (configuration, start, handle, statistics); the submodules hold the runner and
 //! its passes (`runner`), the jobs and their outcomes (`jobs`), the node, Lease and pod writes (`writes`), volumes
 //! (`volumes`), the reported node status (`status`), what the watches report (`world`) and the watches (`watch`).
 
+mod in_place;
 mod jobs;
 mod runner;
 mod status;
@@ -149,11 +154,26 @@ impl Kubelet {
     /// # Panics
     /// Outside a tokio runtime.
     pub fn start(driver: &SimDriver, client: Client, config: KubeletConfig) -> KubeletHandle {
+        Self::start_with_control(driver, client.clone(), client, config)
+    }
+
+    /// [`Kubelet::start`] with the machines, sets, deployments and classes in the cluster of `control` (where an
+    /// in-place update finds the class to apply; `start` looks in the nodes' cluster).
+    ///
+    /// # Panics
+    /// Outside a tokio runtime.
+    pub fn start_with_control(
+        driver: &SimDriver,
+        client: Client,
+        control: Client,
+        config: KubeletConfig,
+    ) -> KubeletHandle {
         let counters = Arc::new(Counters::default());
         let (stop_tx, stop_rx) = oneshot::channel();
         let runner = Runner {
             shared: Arc::clone(driver.shared()),
             client: client.clone(),
+            control,
             nodes: Api::all(client.clone()),
             leases: Api::namespaced(client, NODE_LEASE_NAMESPACE),
             retry_delay: config.heartbeat_interval.min(Duration::from_secs(1)),

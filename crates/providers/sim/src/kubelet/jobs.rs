@@ -45,6 +45,13 @@ pub(super) enum Job {
     },
     /// Bring a node's volumes in step with its pods.
     Volumes(Box<VolumeJob>),
+    /// Update the node's VM in place and report the result (`update-result`).
+    InPlaceUpdate {
+        name: String,
+        vm_id: u64,
+        /// The namespace and name of the VM's machine.
+        machine: (String, String),
+    },
 }
 
 /// What a node's volumes need: VolumeAttachments to create (or mark attached), the new `volumesAttached` list,
@@ -97,6 +104,11 @@ pub(super) enum Done {
         /// (name, uid) of the VolumeAttachments deleted.
         detached: Vec<(String, String)>,
         ok: bool,
+    },
+    /// An in-place update's result was reported (`node` as written), or not (`None`: tried again).
+    InPlaceUpdated {
+        name: String,
+        node: Option<Box<Node>>,
     },
 }
 
@@ -155,6 +167,16 @@ impl Runner {
                     }
                     if let Some(node) = node {
                         self.observe(&name, *node);
+                    }
+                }
+                Done::InPlaceUpdated { name, node } => {
+                    if let Some(track) = self.tracks.get_mut(&name) {
+                        // The VM changed: the status it should report is computed again.
+                        track.wanted = None;
+                    }
+                    match node {
+                        Some(node) => self.observe(&name, *node),
+                        None => wake = wake.min(now + self.retry_delay),
                     }
                 }
                 Done::PodStarted { .. } | Done::PodEnded { .. } | Done::VolumesWritten { .. } => {
@@ -226,7 +248,8 @@ impl Runner {
             Done::Registered { .. }
             | Done::RegisterFailed { .. }
             | Done::Renewed { .. }
-            | Done::StatusWritten { .. } => (true, false),
+            | Done::StatusWritten { .. }
+            | Done::InPlaceUpdated { .. } => (true, false),
         }
     }
 
@@ -287,6 +310,11 @@ impl Runner {
             } => self.start_pod(&key, &resource_version).await,
             Job::EndPod { key, uid } => self.end_pod(key, uid).await,
             Job::Volumes(job) => self.write_volumes(*job).await,
+            Job::InPlaceUpdate {
+                name,
+                vm_id,
+                machine: (namespace, machine),
+            } => self.update_in_place(name, vm_id, namespace, machine).await,
         }
     }
 }

@@ -89,6 +89,8 @@ impl Scope {
 pub(super) struct Runner {
     pub(super) shared: Arc<Shared>,
     pub(super) client: Client,
+    /// The cluster of the machines, sets, deployments and classes (an in-place update's target).
+    pub(super) control: Client,
     pub(super) nodes: Api<Node>,
     pub(super) leases: Api<Lease>,
     pub(super) config: KubeletConfig,
@@ -279,9 +281,10 @@ impl Runner {
         (vms, state.node_faults.clone())
     }
 
-    fn view(&self, vm: &Vm) -> VmView {
+    pub(super) fn view(&self, vm: &Vm) -> VmView {
         VmView {
             id: vm.id,
+            machine: (vm.namespace.clone(), vm.machine_name.clone()),
             provider_id: vm.provider_id.clone(),
             size: vm.provider_spec.size,
             root_fs_size: vm.provider_spec.root_fs_size,
@@ -354,6 +357,14 @@ impl Runner {
             let version = &self.config.kubelet_version;
             let wanted = track.wanted(faults, || fingerprint(&desired_status(vm, faults, version)));
             let observed = self.observed.get(name);
+            let held = faults.is_some_and(|f| f.in_place_updates_held);
+            if !held && observed.is_some_and(|o| o.wants_update) {
+                jobs.push(Job::InPlaceUpdate {
+                    name: name.clone(),
+                    vm_id: vm.id,
+                    machine: vm.machine.clone(),
+                });
+            }
             let changed = observed.is_none_or(|o| o.fingerprint.as_ref() != Some(wanted));
             if STATUS_REPORT.is_due(changed, 0) {
                 match track.status_retry_at {

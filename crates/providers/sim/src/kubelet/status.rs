@@ -17,6 +17,8 @@ use crate::faults::NodeFaults;
 /// A node as last seen on the server.
 pub(super) struct Observed {
     pub(super) uid: String,
+    /// The node asks its agent for an in-place update now (`ReadyForUpdate`, no `update-result` yet).
+    pub(super) wants_update: bool,
     pub(super) resource_version: Option<u64>,
     pub(super) status: Option<NodeStatus>,
     /// The fingerprint of `status`.
@@ -33,6 +35,7 @@ fn resource_version(node: &Node) -> Option<u64> {
 pub(super) fn observed_of(node: Node) -> Observed {
     Observed {
         uid: node.metadata.uid.clone().unwrap_or_default(),
+        wants_update: super::in_place::wants_update(&node),
         resource_version: resource_version(&node),
         fingerprint: node.status.as_ref().map(fingerprint),
         status: node.status,
@@ -42,6 +45,8 @@ pub(super) fn observed_of(node: Node) -> Observed {
 /// The VM fields the kubelet needs.
 pub(super) struct VmView {
     pub(super) id: u64,
+    /// The namespace and name of the machine the VM backs.
+    pub(super) machine: (String, String),
     pub(super) provider_id: String,
     pub(super) size: crate::sizes::Size,
     pub(super) root_fs_size: Option<u64>,
@@ -107,6 +112,23 @@ pub(super) fn desired_status(vm: &VmView, faults: Option<&NodeFaults>, kubelet_v
         }),
         ..NodeStatus::default()
     }
+}
+
+/// The merge patch of the node status's capacity and allocatable from `status` (an in-place update changed the
+/// size); `ephemeral-storage` is removed when the status has none.
+pub(super) fn resources_patch(status: &NodeStatus) -> Value {
+    let resources = |list: Option<&BTreeMap<String, Quantity>>| {
+        let mut map = serde_json::Map::new();
+        map.insert("ephemeral-storage".into(), Value::Null);
+        for (name, quantity) in list.into_iter().flatten() {
+            map.insert(name.clone(), json!(quantity));
+        }
+        Value::Object(map)
+    };
+    json!({ "status": {
+        "capacity": resources(status.capacity.as_ref()),
+        "allocatable": resources(status.allocatable.as_ref()),
+    } })
 }
 
 /// The part of a status the kubelet reports, without times and with conditions sorted by type: two statuses
