@@ -371,3 +371,73 @@ async fn manual_selects_nothing_until_the_user_labels_a_node() {
     assert!(!deleted, "no machine deleted");
     cluster.stop().await;
 }
+
+/// An old set never scales up during an in-place rollout: a machine deleted from it is not replaced there (the old
+/// set shrinks to the machines it has); the new set makes up the difference with a machine of the new template.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_deleted_from_an_old_set_is_replaced_by_the_new_set_only() {
+    let cluster = start().await;
+    cluster
+        .deployments()
+        .create(&PostParams::default(), &in_place(2, "Manual", 1))
+        .await
+        .unwrap();
+    let before = running(&cluster, 2).await;
+    let old = only_set(&cluster).await;
+    let old_hash = old.label(labels::MACHINE_TEMPLATE_HASH).unwrap().to_owned();
+    let machine_history = History::start(cluster.machines()).await;
+    let set_history = History::start(cluster.sets()).await;
+    let stand_in = machine_side(&cluster);
+    change_class(&cluster).await;
+    wait_within(DEADLINE, "the old set labelled scale-up-disabled", async || {
+        let set = cluster.sets().get(&old.name_any()).await.ok()?;
+        set.label(labels::SCALE_UP_DISABLED).map(|_| ())
+    })
+    .await;
+
+    let (gone, kept) = {
+        let mut names = before.keys();
+        (names.next().unwrap().clone(), names.next().unwrap().clone())
+    };
+    cluster
+        .machines()
+        .delete(&gone, &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    cluster.wait_gone(&gone).await;
+    let node = cluster.machine(&kept).await.node_name().unwrap().to_owned();
+    cluster
+        .nodes()
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "labels": { labels::SELECTED_FOR_UPDATE: "true" } } })),
+        )
+        .await
+        .unwrap();
+    let (new_set, _) = rolled_out_in_place(&cluster, 2, &old.name_any()).await;
+    stand_in.abort();
+
+    let created: Vec<Machine> = machine_history
+        .versions()
+        .into_iter()
+        .map(|s| s.object)
+        .filter(|m| !before.contains_key(&m.name_any()))
+        .collect();
+    assert!(!created.is_empty(), "a replacement was made");
+    assert!(
+        created.iter().all(|m| m.label(labels::MACHINE_TEMPLATE_HASH) != Some(old_hash.as_str())),
+        "no machine of the old template was created"
+    );
+    assert!(
+        created.iter().all(|m| m.controller_ref().map(|r| r.name.as_str()) == Some(new_set.name_any().as_str())),
+        "the replacement is the new set's"
+    );
+    let grew = set_history
+        .of(&old.name_any())
+        .windows(2)
+        .any(|w| w[1].object.spec.replicas > w[0].object.spec.replicas);
+    assert!(!grew, "the old set never scaled up");
+    assert!(cluster.machines().get(&kept).await.is_ok(), "the updated machine kept");
+    cluster.stop().await;
+}

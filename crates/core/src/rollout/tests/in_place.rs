@@ -484,3 +484,20 @@ fn in_place_fenceposts_read_in_place_update_as_the_reference_does() {
     assert_eq!(fenceposts(&manual).unwrap(), fp(0, 1));
     assert_eq!(in_place_surge(&manual).unwrap(), 0);
 }
+
+#[test]
+fn a_scaling_event_in_the_middle_of_an_in_place_rollout_is_scaled_as_any_rollout() {
+    let mut world = World::new(4, Orchestration::Auto, 1, 0);
+    let plan = world.plan();
+    world.apply(&plan);
+    world.sets_act();
+    // Two machines moved already.
+    world.sets.get_mut(OLD).unwrap().replicas = 2;
+    world.sets.get_mut(NEW).unwrap().replicas = 2;
+    world.replicas = 6;
+    let plan = world.plan();
+    assert_eq!(plan.rollout.phase, RolloutPhase::Scaling);
+    assert!(plan.actions.is_empty(), "{plan:?}");
+    // Scale-out goes to the new set only.
+    assert_eq!(scales(&plan.rollout.scale), [(NEW, 4), (OLD, 2)]);
+}
