@@ -134,8 +134,10 @@ fn strategy_types_rolling_update_recreate_and_on_delete_are_supported_and_empty_
 #[test]
 fn in_place_update_is_accepted_with_auto_or_manual_orchestration() {
     for orchestration in ["Auto", "Manual"] {
-        let d = deployment(&serde_json::json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": {
-            "orchestrationType": orchestration, "maxSurge": 0, "maxUnavailable": "50%" } } }));
+        let d = deployment(
+            &serde_json::json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": {
+            "orchestrationType": orchestration, "maxSurge": 0, "maxUnavailable": "50%" } } }),
+        );
         assert_eq!(
             messages(&validation::validate_machine_deployment(&d)),
             Vec::<String>::new(),
@@ -154,9 +156,12 @@ fn in_place_update_needs_its_parameters_and_a_known_orchestration_type() {
     let missing = deployment(&serde_json::json!({ "strategy": { "type": "InPlaceUpdate" } }));
     assert_eq!(
         messages(&validation::validate_machine_deployment(&missing)),
-        ["spec.strategy.inPlaceUpdate: Required value: InPlaceUpdate parameter cannot be nil for in-place update strategy"]
+        [
+            "spec.strategy.inPlaceUpdate: Required value: InPlaceUpdate parameter cannot be nil for in-place update strategy"
+        ]
     );
-    let no_type = deployment(&serde_json::json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": {} } }));
+    let no_type =
+        deployment(&serde_json::json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": {} } }));
     assert_eq!(
         messages(&validation::validate_machine_deployment(&no_type)),
         ["spec.strategy.inPlaceUpdate.orchestrationType: Required value: must be Auto or Manual"]
@@ -165,14 +170,18 @@ fn in_place_update_needs_its_parameters_and_a_known_orchestration_type() {
         "inPlaceUpdate": { "orchestrationType": "auto" } } }));
     assert_eq!(
         messages(&validation::validate_machine_deployment(&unknown)),
-        ["spec.strategy.inPlaceUpdate.orchestrationType: Unsupported value: \"auto\": supported values: \"Auto\", \"Manual\""]
+        [
+            "spec.strategy.inPlaceUpdate.orchestrationType: Unsupported value: \"auto\": supported values: \"Auto\", \"Manual\""
+        ]
     );
 }
 
 #[test]
 fn in_place_update_surge_and_unavailable_are_checked_as_rolling_updates_are() {
-    let d = deployment(&serde_json::json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": {
-        "orchestrationType": "Auto", "maxSurge": "two", "maxUnavailable": "150%" } } }));
+    let d = deployment(
+        &serde_json::json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": {
+        "orchestrationType": "Auto", "maxSurge": "two", "maxUnavailable": "150%" } } }),
+    );
     assert_eq!(
         messages(&validation::validate_machine_deployment(&d)),
         [
@@ -180,8 +189,10 @@ fn in_place_update_surge_and_unavailable_are_checked_as_rolling_updates_are() {
             "spec.strategy.inPlaceUpdate.maxUnavailable: Invalid value: \"150%\": must not be greater than 100%",
         ]
     );
-    let zeros = deployment(&serde_json::json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": {
-        "orchestrationType": "Auto", "maxSurge": 0, "maxUnavailable": "0%" } } }));
+    let zeros = deployment(
+        &serde_json::json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": {
+        "orchestrationType": "Auto", "maxSurge": 0, "maxUnavailable": "0%" } } }),
+    );
     assert_eq!(
         messages(&validation::validate_machine_deployment(&zeros)),
         ["spec.strategy.inPlaceUpdate.maxUnavailable: Invalid value: \"0\": may not be 0 when maxSurge is 0"]
@@ -194,7 +205,9 @@ fn the_other_strategy_parameters_are_forbidden_beside_their_type() {
         "rollingUpdate": { "maxSurge": 1 }, "inPlaceUpdate": { "orchestrationType": "Manual" } } }));
     assert_eq!(
         messages(&validation::validate_machine_deployment(&rolling_beside)),
-        ["spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type` is 'InPlaceUpdate'"]
+        [
+            "spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type` is 'InPlaceUpdate'"
+        ]
     );
     let in_place_beside = deployment(&serde_json::json!({ "strategy": { "type": "RollingUpdate",
         "inPlaceUpdate": { "orchestrationType": "Manual" } } }));

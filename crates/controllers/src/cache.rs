@@ -158,14 +158,19 @@ mod tests {
         }))
         .unwrap();
         let mut in_place = node.clone();
-        in_place.status.as_mut().unwrap().conditions.as_mut().unwrap().push(
-            k8s_openapi::api::core::v1::NodeCondition {
+        in_place
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()
+            .push(k8s_openapi::api::core::v1::NodeCondition {
                 type_: mcm_api::keys::node_conditions::IN_PLACE_UPDATE.into(),
                 status: "True".into(),
                 reason: Some("UpdateSuccessful".into()),
                 ..Default::default()
-            },
-        );
+            });
         node_marks(&mut in_place);
         let kept = in_place.status.unwrap().conditions.unwrap();
         assert_eq!(kept.len(), 1, "only the InPlaceUpdate condition: {kept:?}");

@@ -52,7 +52,9 @@ fn in_place(replicas: i32, orchestration: &str, max_unavailable: i32) -> Machine
     deployment.spec.strategy.in_place_update = Some(InPlaceUpdateMachineDeployment {
         orchestration_type: orchestration.into(),
         max_surge: Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(0)),
-        max_unavailable: Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(max_unavailable)),
+        max_unavailable: Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(
+            max_unavailable,
+        )),
     });
     deployment
 }
@@ -89,7 +91,9 @@ fn machine_side(cluster: &Cluster) -> JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(STEP).await;
-            let Ok(list) = machines.list(&ListParams::default()).await else { continue };
+            let Ok(list) = machines.list(&ListParams::default()).await else {
+                continue;
+            };
             for machine in list.items {
                 if machine.phase() == Some(MachinePhase::InPlaceUpdateSuccessful) {
                     let _ = machines
@@ -101,12 +105,16 @@ fn machine_side(cluster: &Cluster) -> JoinHandle<()> {
                         .await;
                 }
             }
-            let Ok(list) = nodes.list(&ListParams::default()).await else { continue };
+            let Ok(list) = nodes.list(&ListParams::default()).await else {
+                continue;
+            };
             for node in list.items {
                 if !has_label(&node, labels::SELECTED_FOR_UPDATE) || has_label(&node, labels::UPDATE_RESULT) {
                     continue;
                 }
-                let Some(machine) = node.label(labels::NODE_MACHINE_NAME).map(str::to_owned) else { continue };
+                let Some(machine) = node.label(labels::NODE_MACHINE_NAME).map(str::to_owned) else {
+                    continue;
+                };
                 let reason = mcm_core::rollout::in_place::in_place_condition_reason(&node).map(str::to_owned);
                 let (phase, next) = if reason.as_deref() == Some(in_place_update::READY_FOR_UPDATE) {
                     ("InPlaceUpdateSuccessful", in_place_update::UPDATE_SUCCESSFUL)
@@ -183,7 +191,9 @@ fn most_under_update(history: &History<Node>) -> usize {
 async fn rolled_out_in_place(cluster: &Cluster, replicas: i32, old: &str) -> (MachineSet, MachineSet) {
     let done = watch_window(DEADLINE, async || {
         let status = cluster.deployments().get(NAME).await.ok()?.status?;
-        if status.updated_replicas != replicas || status.replicas != replicas || status.available_replicas != replicas
+        if status.updated_replicas != replicas
+            || status.replicas != replicas
+            || status.available_replicas != replicas
         {
             return None;
         }
@@ -200,9 +210,13 @@ async fn rolled_out_in_place(cluster: &Cluster, replicas: i32, old: &str) -> (Ma
         }
         let nodes = cluster.nodes().list(&ListParams::default()).await.ok()?.items;
         let clean = nodes.iter().all(|n| {
-            [labels::CANDIDATE_FOR_UPDATE, labels::SELECTED_FOR_UPDATE, labels::UPDATE_RESULT]
-                .iter()
-                .all(|k| !has_label(n, k))
+            [
+                labels::CANDIDATE_FOR_UPDATE,
+                labels::SELECTED_FOR_UPDATE,
+                labels::UPDATE_RESULT,
+            ]
+            .iter()
+            .all(|k| !has_label(n, k))
                 && n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)
         });
         clean.then_some((new_set, old_set))
@@ -210,29 +224,59 @@ async fn rolled_out_in_place(cluster: &Cluster, replicas: i32, old: &str) -> (Ma
     .await;
     match done {
         Some(done) => done,
-        None => panic!("the in-place rollout did not complete in {DEADLINE:?}: {}", state(cluster).await),
+        None => panic!(
+            "the in-place rollout did not complete in {DEADLINE:?}: {}",
+            state(cluster).await
+        ),
     }
 }
 
 /// The state of the rollout as a user would look at it, for a failure message.
 async fn state(cluster: &Cluster) -> String {
     let sets = cluster.sets().list(&ListParams::default()).await.unwrap().items;
-    let machines = cluster.machines().list(&ListParams::default()).await.unwrap().items;
+    let machines = cluster
+        .machines()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
     let nodes = cluster.nodes().list(&ListParams::default()).await.unwrap().items;
     let status = cluster.deployments().get(NAME).await.unwrap().status;
     let sets: Vec<String> = sets
         .iter()
-        .map(|s| format!("{} replicas={} labels={:?} status={:?}", s.name_any(), s.spec.replicas, s.labels(), s.status))
+        .map(|s| {
+            format!(
+                "{} replicas={} labels={:?} status={:?}",
+                s.name_any(),
+                s.spec.replicas,
+                s.labels(),
+                s.status
+            )
+        })
         .collect();
     let machines: Vec<String> = machines
         .iter()
-        .map(|m| format!("{} phase={:?} owner={:?} labels={:?}", m.name_any(), m.phase(),
-            m.controller_ref().map(|r| r.name.clone()), m.labels()))
+        .map(|m| {
+            format!(
+                "{} phase={:?} owner={:?} labels={:?}",
+                m.name_any(),
+                m.phase(),
+                m.controller_ref().map(|r| r.name.clone()),
+                m.labels()
+            )
+        })
         .collect();
     let nodes: Vec<String> = nodes
         .iter()
-        .map(|n| format!("{} labels={:?} unschedulable={:?} in-place={:?}", n.name_any(), n.labels(),
-            n.spec.as_ref().and_then(|s| s.unschedulable), mcm_core::rollout::in_place::in_place_condition_reason(n)))
+        .map(|n| {
+            format!(
+                "{} labels={:?} unschedulable={:?} in-place={:?}",
+                n.name_any(),
+                n.labels(),
+                n.spec.as_ref().and_then(|s| s.unschedulable),
+                mcm_core::rollout::in_place::in_place_condition_reason(n)
+            )
+        })
         .collect();
     format!("deployment status {status:?}\nsets {sets:#?}\nmachines {machines:#?}\nnodes {nodes:#?}")
 }
@@ -285,18 +329,34 @@ async fn auto_updates_every_machine_in_place_keeping_its_vm_within_max_unavailab
     stand_in.abort();
 
     let (names, deleted) = machine_names(&machine_history);
-    assert_eq!(names, before.keys().cloned().collect::<Vec<_>>(), "no machine created");
+    assert_eq!(
+        names,
+        before.keys().cloned().collect::<Vec<_>>(),
+        "no machine created"
+    );
     assert!(!deleted, "no machine deleted");
-    let machines = cluster.machines().list(&ListParams::default()).await.unwrap().items;
+    let machines = cluster
+        .machines()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items;
     for machine in &machines {
         assert_eq!(
             before.get(&machine.name_any()),
             Some(&machine.spec.provider_id),
             "the VM is kept"
         );
-        assert_eq!(machine.label(labels::MACHINE_TEMPLATE_HASH), new_set.label(labels::MACHINE_TEMPLATE_HASH));
+        assert_eq!(
+            machine.label(labels::MACHINE_TEMPLATE_HASH),
+            new_set.label(labels::MACHINE_TEMPLATE_HASH)
+        );
         assert_eq!(machine.label(labels::UPDATE_RESULT), None);
-        assert_eq!(machine.label("pool"), Some(NAME), "the machine keeps the deployment's labels");
+        assert_eq!(
+            machine.label("pool"),
+            Some(NAME),
+            "the machine keeps the deployment's labels"
+        );
     }
     assert_eq!(most_under_update(&node_history), 1, "one node at a time");
     assert_eq!(old_set.label(labels::SCALE_UP_DISABLED), Some("true"));
@@ -310,7 +370,10 @@ async fn auto_updates_every_machine_in_place_keeping_its_vm_within_max_unavailab
         .iter()
         .position(|s| s.object.spec.replicas < 3)
         .expect("the old set shrunk");
-    assert!(labelled < shrunk, "scale-up disabled before the first machine moved");
+    assert!(
+        labelled < shrunk,
+        "scale-up disabled before the first machine moved"
+    );
     cluster.stop().await;
 }
 
@@ -367,7 +430,11 @@ async fn manual_selects_nothing_until_the_user_labels_a_node() {
     rolled_out_in_place(&cluster, 2, &old).await;
     stand_in.abort();
     let (names, deleted) = machine_names(&machine_history);
-    assert_eq!(names, before.keys().cloned().collect::<Vec<_>>(), "no machine created");
+    assert_eq!(
+        names,
+        before.keys().cloned().collect::<Vec<_>>(),
+        "no machine created"
+    );
     assert!(!deleted, "no machine deleted");
     cluster.stop().await;
 }
@@ -426,11 +493,15 @@ async fn a_machine_deleted_from_an_old_set_is_replaced_by_the_new_set_only() {
         .collect();
     assert!(!created.is_empty(), "a replacement was made");
     assert!(
-        created.iter().all(|m| m.label(labels::MACHINE_TEMPLATE_HASH) != Some(old_hash.as_str())),
+        created
+            .iter()
+            .all(|m| m.label(labels::MACHINE_TEMPLATE_HASH) != Some(old_hash.as_str())),
         "no machine of the old template was created"
     );
     assert!(
-        created.iter().all(|m| m.controller_ref().map(|r| r.name.as_str()) == Some(new_set.name_any().as_str())),
+        created
+            .iter()
+            .all(|m| m.controller_ref().map(|r| r.name.as_str()) == Some(new_set.name_any().as_str())),
         "the replacement is the new set's"
     );
     let grew = set_history
@@ -438,6 +509,9 @@ async fn a_machine_deleted_from_an_old_set_is_replaced_by_the_new_set_only() {
         .windows(2)
         .any(|w| w[1].object.spec.replicas > w[0].object.spec.replicas);
     assert!(!grew, "the old set never scaled up");
-    assert!(cluster.machines().get(&kept).await.is_ok(), "the updated machine kept");
+    assert!(
+        cluster.machines().get(&kept).await.is_ok(),
+        "the updated machine kept"
+    );
     cluster.stop().await;
 }

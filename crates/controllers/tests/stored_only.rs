@@ -70,8 +70,7 @@ async fn an_in_place_update_deployment_is_held_with_a_clear_condition_and_no_set
     let sets: Api<MachineSet> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     let set_history = History::start(sets.clone()).await;
     cluster.start_set_controllers(machinedeployment::Config::new(NAMESPACE));
-    let spec =
-        json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": { "orchestrationType": "Rolling" } } });
+    let spec = json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": { "orchestrationType": "Rolling" } } });
     deployments
         .create(&PostParams::default(), &deployment("inplace", 2, &spec))
         .await

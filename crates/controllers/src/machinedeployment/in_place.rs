@@ -14,7 +14,9 @@ use kube::{
 use mcm_api::{Machine, MachineDeployment, MachineSet, MetaExt, keys};
 use mcm_core::rollout::{
     self, Fenceposts, SetView,
-    in_place::{self, InPlaceAction, InPlaceInput, InPlacePlan, MachineView, NodeView, Orchestration, Transfer},
+    in_place::{
+        self, InPlaceAction, InPlaceInput, InPlacePlan, MachineView, NodeView, Orchestration, Transfer,
+    },
 };
 use serde_json::{Value, json};
 
@@ -36,7 +38,12 @@ pub(super) fn decide(
     machines_by_set: &BTreeMap<String, Vec<&Machine>>,
     nodes: &Store<Node>,
 ) -> InPlacePlan {
-    let in_place = deployment.spec.strategy.in_place_update.clone().unwrap_or_default();
+    let in_place = deployment
+        .spec
+        .strategy
+        .in_place_update
+        .clone()
+        .unwrap_or_default();
     let orchestration = if in_place.is_manual() {
         Orchestration::Manual
     } else {
@@ -63,7 +70,11 @@ pub(super) fn decide(
     let node_views: BTreeMap<String, NodeView> = machines
         .iter()
         .filter_map(|m| m.node.as_deref())
-        .filter_map(|name| nodes.get(&ObjectRef::new(name)).map(|n| (name.to_owned(), NodeView::of(&n))))
+        .filter_map(|name| {
+            nodes
+                .get(&ObjectRef::new(name))
+                .map(|n| (name.to_owned(), NodeView::of(&n)))
+        })
         .collect();
     in_place::decide(&InPlaceInput {
         replicas: deployment.spec.replicas,
@@ -117,14 +128,18 @@ pub(super) async fn act(
                 } else {
                     keys::labels::CANDIDATE_FOR_UPDATE
                 };
-                let Some(cached) = nodes.get(&ObjectRef::new(node)) else { continue };
+                let Some(cached) = nodes.get(&ObjectRef::new(node)) else {
+                    continue;
+                };
                 if let Some(patch) = in_place::node_label_patch(&cached, key) {
                     tracing::info!(deployment = %name, node = %node, label = key, "labelling the node for the in-place update");
                     write_node(&node_api, node, &patch, &mut acted).await?;
                 }
             }
             InPlaceAction::CleanNode { node } => {
-                let Some(cached) = nodes.get(&ObjectRef::new(node)) else { continue };
+                let Some(cached) = nodes.get(&ObjectRef::new(node)) else {
+                    continue;
+                };
                 if let Some(patch) = in_place::clean_node_patch(&cached) {
                     tracing::info!(deployment = %name, node = %node, "in-place update done: cleaning and uncordoning the node");
                     write_node(&node_api, node, &patch, &mut acted).await?;
@@ -146,7 +161,10 @@ pub(super) async fn act(
                 }
             }
             InPlaceAction::Transfer(transfer) => {
-                transfer_machines(deployment, transfer, owned, fenceposts, &node_api, nodes, ctx, &mut acted).await?;
+                transfer_machines(
+                    deployment, transfer, owned, fenceposts, &node_api, nodes, ctx, &mut acted,
+                )
+                .await?;
             }
             InPlaceAction::ReleaseNewSet { set } => {
                 if let Some(set) = owned.iter().find(|s| s.name_any() == *set) {
@@ -160,7 +178,10 @@ pub(super) async fn act(
 
 async fn write_node(api: &Api<Node>, node: &str, patch: &Value, acted: &mut Acted) -> Result<(), Error> {
     acted.nodes.insert(node.to_owned());
-    match api.patch(node, &PatchParams::default(), &Patch::Merge(patch)).await {
+    match api
+        .patch(node, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
         Ok(_) => Ok(()),
         Err(err) if changed_under(&err) => Ok(()),
         Err(err) => Err(err.into()),
@@ -201,7 +222,10 @@ async fn transfer_machines(
             "labels": { keys::labels::SCALE_UP_DISABLED: in_place::TRUE },
         } }),
     );
-    match sets.patch(&transfer.to, &PatchParams::default(), &Patch::Merge(&hold)).await {
+    match sets
+        .patch(&transfer.to, &PatchParams::default(), &Patch::Merge(&hold))
+        .await
+    {
         Ok(_) => {}
         Err(err) if changed_under(&err) => return Ok(()),
         Err(err) => return Err(err.into()),
@@ -233,7 +257,9 @@ async fn transfer_machines(
     }
     // 4. The old sets lose what moved; 5. the new set keeps what came and may create again.
     for (from, count) in &lost {
-        let Some(set) = owned.iter().find(|s| s.name_any() == *from) else { continue };
+        let Some(set) = owned.iter().find(|s| s.name_any() == *from) else {
+            continue;
+        };
         let replicas = (set.spec.replicas - count).max(0);
         sets.patch(
             from,
@@ -259,7 +285,13 @@ async fn transfer_machines(
     Ok(())
 }
 
-async fn record_scale(deployment: &MachineDeployment, set: &str, direction: &str, replicas: i32, ctx: &Context) {
+async fn record_scale(
+    deployment: &MachineDeployment,
+    set: &str,
+    direction: &str,
+    replicas: i32,
+    ctx: &Context,
+) {
     ctx.recorder
         .record(
             deployment,
@@ -332,7 +364,8 @@ pub(super) fn deployment_of_node(
     if !in_update {
         return None;
     }
-    let machine = machines.get(&ObjectRef::new(node.label(keys::labels::NODE_MACHINE_NAME)?).within(namespace))?;
+    let machine =
+        machines.get(&ObjectRef::new(node.label(keys::labels::NODE_MACHINE_NAME)?).within(namespace))?;
     let set = machine.controller_ref_of_kind(MachineSet::KIND)?;
     let set = sets.get(&ObjectRef::new(&set.name).within(namespace))?;
     set.controller_ref_of_kind(MachineDeployment::KIND)

@@ -621,7 +621,12 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
         let Some(nodes) = &ctx.nodes else {
             tracing::warn!(deployment = %name, "{}", in_place::NO_TARGET);
             ctx.recorder
-                .record(&*deployment, EventType::Warning, "InvalidSpec", in_place::NO_TARGET)
+                .record(
+                    &*deployment,
+                    EventType::Warning,
+                    "InvalidSpec",
+                    in_place::NO_TARGET,
+                )
                 .await;
             return Ok(Action::requeue(ctx.config.resync));
         };
@@ -772,8 +777,16 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
         // The in-place acts first; the nodes they wrote get their marks on the next pass, which sees the writes.
         let mut written = std::collections::BTreeSet::new();
         if let Some(in_place) = &in_place_plan {
-            let acted =
-                in_place::act(&deployment, &in_place.actions, &owned, fenceposts, target, nodes, ctx).await?;
+            let acted = in_place::act(
+                &deployment,
+                &in_place.actions,
+                &owned,
+                fenceposts,
+                target,
+                nodes,
+                ctx,
+            )
+            .await?;
             if acted.retry_soon {
                 requeue = RETRY_SOON;
             }

@@ -137,15 +137,22 @@ pub fn fenceposts(deployment: &MachineDeployment) -> Result<Fenceposts, Fencepos
 /// `inPlaceUpdate.maxSurge` resolved against the replicas (rounded up, absent is 1) with `Auto`, 0 with `Manual` (the
 /// new set starts empty and only receives the machines updated in place).
 pub fn in_place_surge(deployment: &MachineDeployment) -> Result<i32, FencepostError> {
-    let in_place = deployment.spec.strategy.in_place_update.clone().unwrap_or_default();
+    let in_place = deployment
+        .spec
+        .strategy
+        .in_place_update
+        .clone()
+        .unwrap_or_default();
     if in_place.is_manual() {
         return Ok(0);
     }
     match &in_place.max_surge {
         None => Ok(DEFAULT_FENCEPOST),
-        Some(value) => scaled_value(value, deployment.spec.replicas.max(0), true).map_err(|reason| FencepostError {
-            path: IN_PLACE_UPDATE_PATHS.0,
-            reason,
-        }),
+        Some(value) => {
+            scaled_value(value, deployment.spec.replicas.max(0), true).map_err(|reason| FencepostError {
+                path: IN_PLACE_UPDATE_PATHS.0,
+                reason,
+            })
+        }
     }
 }

@@ -30,7 +30,10 @@ use serde_json::{Map, Value, json};
 use super::{
     fenceposts::Fenceposts,
     sets::SetView,
-    step::{RolloutInput, RolloutPhase, RolloutPlan, Scale, by_age, is_complete, is_scaling_event, new_set_replicas, step},
+    step::{
+        RolloutInput, RolloutPhase, RolloutPlan, Scale, by_age, is_complete, is_scaling_event,
+        new_set_replicas, step,
+    },
 };
 
 /// The value of the labels the deployment controller sets (`candidate-for-update`, `selected-for-update`,
@@ -110,7 +113,8 @@ impl NodeView {
     /// `!isUpdateNotSuccessful`).
     fn updated(&self) -> bool {
         self.in_place_reason.as_deref() == Some(in_place_update::UPDATE_SUCCESSFUL)
-            && self.labels.get(labels::UPDATE_RESULT).map(String::as_str) == Some(in_place_update::RESULT_SUCCESSFUL)
+            && self.labels.get(labels::UPDATE_RESULT).map(String::as_str)
+                == Some(in_place_update::RESULT_SUCCESSFUL)
     }
 }
 
@@ -290,7 +294,12 @@ pub fn decide<'a>(input: &InPlaceInput<'a>) -> InPlacePlan {
     }
     let old_names: BTreeSet<&str> = input.old.iter().map(|s| s.name.as_str()).collect();
     let of_set = |set: &'a str| machines_of(input.machines, set);
-    let old_machines = || input.machines.iter().filter(|m| old_names.contains(m.set.as_str()));
+    let old_machines = || {
+        input
+            .machines
+            .iter()
+            .filter(|m| old_names.contains(m.set.as_str()))
+    };
     let node_of = |m: &'a MachineView| node_of(input.nodes, m);
 
     // 1. Old sets and their nodes.
@@ -306,14 +315,17 @@ pub fn decide<'a>(input: &InPlaceInput<'a>) -> InPlacePlan {
         if let Some((node, view)) = node_of(machine)
             && !view.has(labels::CANDIDATE_FOR_UPDATE)
         {
-            plan.actions.push(InPlaceAction::MarkCandidate { node: node.to_owned() });
+            plan.actions.push(InPlaceAction::MarkCandidate {
+                node: node.to_owned(),
+            });
         }
     }
 
     // 2. The new set's updated machines and nodes (the reference's syncMachineSets).
     for machine in of_set(&new.name) {
+        // The move counted it in the new set's replicas already: the label has done its work.
         let node = node_of(machine);
-        if machine.carries_success() && node.is_none_or(|(_, v)| v.in_place_reason.as_deref() == Some(in_place_update::UPDATE_SUCCESSFUL)) {
+        if machine.carries_success() {
             plan.actions.push(InPlaceAction::CleanMachine {
                 machine: machine.name.clone(),
                 resource_version: machine.resource_version.clone(),
@@ -322,12 +334,15 @@ pub fn decide<'a>(input: &InPlaceInput<'a>) -> InPlacePlan {
         if let Some((node, view)) = node
             && view.updated()
         {
-            plan.actions.push(InPlaceAction::CleanNode { node: node.to_owned() });
+            plan.actions.push(InPlaceAction::CleanNode {
+                node: node.to_owned(),
+            });
         }
     }
 
     // 3. Old sets shrink to the machines they have (scale-up-disabled, they would never replace the others).
-    let mut old_targets: BTreeMap<&str, i32> = input.old.iter().map(|s| (s.name.as_str(), s.replicas)).collect();
+    let mut old_targets: BTreeMap<&str, i32> =
+        input.old.iter().map(|s| (s.name.as_str(), s.replicas)).collect();
     for set in input.old {
         if set.actual < set.replicas {
             old_targets.insert(&set.name, set.actual);
@@ -355,7 +370,11 @@ pub fn decide<'a>(input: &InPlaceInput<'a>) -> InPlacePlan {
     old_sorted.sort_by(|a, b| by_age(a, b));
     let all_old_to_zero = new_target == replicas && old_total > 0;
     for set in &old_sorted {
-        let target = if all_old_to_zero { 0 } else { old_targets[set.name.as_str()] };
+        let target = if all_old_to_zero {
+            0
+        } else {
+            old_targets[set.name.as_str()]
+        };
         if target != set.replicas {
             scales.push(Scale {
                 name: set.name.clone(),
@@ -403,11 +422,15 @@ pub fn decide<'a>(input: &InPlaceInput<'a>) -> InPlacePlan {
             if from_set == 0 {
                 break;
             }
-            let Some((node, view)) = node_of(machine) else { continue };
+            let Some((node, view)) = node_of(machine) else {
+                continue;
+            };
             if view.has(labels::SELECTED_FOR_UPDATE) || view.has(labels::UPDATE_RESULT) {
                 continue;
             }
-            plan.actions.push(InPlaceAction::Select { node: node.to_owned() });
+            plan.actions.push(InPlaceAction::Select {
+                node: node.to_owned(),
+            });
             from_set -= 1;
             left -= 1;
         }
@@ -421,7 +444,10 @@ fn machines_of<'a>(machines: &'a [MachineView], set: &'a str) -> impl Iterator<I
 }
 
 /// The machine's node and its view, when the cache holds it.
-fn node_of<'a>(nodes: &'a BTreeMap<String, NodeView>, machine: &'a MachineView) -> Option<(&'a str, &'a NodeView)> {
+fn node_of<'a>(
+    nodes: &'a BTreeMap<String, NodeView>,
+    machine: &'a MachineView,
+) -> Option<(&'a str, &'a NodeView)> {
     let name = machine.node.as_deref()?;
     nodes.get(name).map(|view| (name, view))
 }
@@ -467,14 +493,20 @@ fn transfer(input: &InPlaceInput<'_>, new: &SetView, room: i32) -> Option<Transf
 
 /// The label changes of a moved machine: the old set's selector labels the new one lacks go, the new set's selector
 /// labels and `update-result=successful` come (every other label of the machine stays).
-fn moved_labels(old_selector: &BTreeMap<String, String>, new_selector: &BTreeMap<String, String>) -> Map<String, Value> {
+fn moved_labels(
+    old_selector: &BTreeMap<String, String>,
+    new_selector: &BTreeMap<String, String>,
+) -> Map<String, Value> {
     let mut changes: Map<String, Value> = old_selector
         .keys()
         .filter(|k| !new_selector.contains_key(*k))
         .map(|k| (k.clone(), Value::Null))
         .collect();
     changes.extend(new_selector.iter().map(|(k, v)| (k.clone(), json!(v))));
-    changes.insert(labels::UPDATE_RESULT.to_owned(), json!(in_place_update::RESULT_SUCCESSFUL));
+    changes.insert(
+        labels::UPDATE_RESULT.to_owned(),
+        json!(in_place_update::RESULT_SUCCESSFUL),
+    );
     changes
 }
 
@@ -516,7 +548,11 @@ fn is_rollout_taint(taint: &Taint) -> bool {
 /// remove it.
 pub fn clean_node_patch(node: &Node) -> Option<Value> {
     let mut metadata = Map::new();
-    let label_keys = [labels::CANDIDATE_FOR_UPDATE, labels::SELECTED_FOR_UPDATE, labels::UPDATE_RESULT];
+    let label_keys = [
+        labels::CANDIDATE_FOR_UPDATE,
+        labels::SELECTED_FOR_UPDATE,
+        labels::UPDATE_RESULT,
+    ];
     let gone: Map<String, Value> = label_keys
         .iter()
         .filter(|k| node.label(k).is_some())

@@ -21,7 +21,8 @@ mod step;
 mod tests;
 
 pub use fenceposts::{
-    DEFAULT_FENCEPOST, FencepostError, Fenceposts, fenceposts, in_place_surge, resolve_fenceposts, scaled_value,
+    DEFAULT_FENCEPOST, FencepostError, Fenceposts, fenceposts, in_place_surge, resolve_fenceposts,
+    scaled_value,
 };
 pub use hash::{equal_ignore_hash, machine_set_name, safe_encode, template_hash, template_with_hash};
 pub use history::{

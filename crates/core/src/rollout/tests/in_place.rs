@@ -133,7 +133,11 @@ impl World {
                 }
                 InPlaceAction::CleanNode { node } => {
                     let node = self.nodes.get_mut(node).unwrap();
-                    for key in [labels::CANDIDATE_FOR_UPDATE, labels::SELECTED_FOR_UPDATE, labels::UPDATE_RESULT] {
+                    for key in [
+                        labels::CANDIDATE_FOR_UPDATE,
+                        labels::SELECTED_FOR_UPDATE,
+                        labels::UPDATE_RESULT,
+                    ] {
                         node.labels.remove(key);
                     }
                 }
@@ -198,7 +202,8 @@ impl World {
             .filter(|i| {
                 let m = &self.machines[*i];
                 let node = &self.nodes[m.node.as_ref().unwrap()];
-                node.labels.contains_key(labels::SELECTED_FOR_UPDATE) && !node.labels.contains_key(labels::UPDATE_RESULT)
+                node.labels.contains_key(labels::SELECTED_FOR_UPDATE)
+                    && !node.labels.contains_key(labels::UPDATE_RESULT)
             })
             .collect();
         if selected.is_empty() {
@@ -209,8 +214,10 @@ impl World {
         let node = self.nodes.get_mut(machine.node.as_ref().unwrap()).unwrap();
         if machine.phase == Some(MachinePhase::InPlaceUpdating) {
             node.in_place_reason = Some(in_place_update::UPDATE_SUCCESSFUL.into());
-            node.labels
-                .insert(labels::UPDATE_RESULT.into(), in_place_update::RESULT_SUCCESSFUL.into());
+            node.labels.insert(
+                labels::UPDATE_RESULT.into(),
+                in_place_update::RESULT_SUCCESSFUL.into(),
+            );
             machine.phase = Some(MachinePhase::Running);
         } else {
             machine.phase = Some(MachinePhase::InPlaceUpdating);
@@ -218,14 +225,25 @@ impl World {
     }
 
     fn unavailable(&self) -> i32 {
-        self.replicas - count(self.machines.iter().filter(|m| m.phase == Some(MachinePhase::Running)).count())
+        self.replicas
+            - count(
+                self.machines
+                    .iter()
+                    .filter(|m| m.phase == Some(MachinePhase::Running))
+                    .count(),
+            )
     }
 
     fn selected_in_old(&self) -> i32 {
         count(
             self.machines
                 .iter()
-                .filter(|m| m.set != NEW && self.nodes[m.node.as_ref().unwrap()].labels.contains_key(labels::SELECTED_FOR_UPDATE))
+                .filter(|m| {
+                    m.set != NEW
+                        && self.nodes[m.node.as_ref().unwrap()]
+                            .labels
+                            .contains_key(labels::SELECTED_FOR_UPDATE)
+                })
                 .count(),
         )
     }
@@ -250,7 +268,11 @@ fn run(world: &mut World, picks: &[usize], steps: usize) -> bool {
         );
         world.sets_act();
         world.machine_side(picks.get(round).copied().unwrap_or(round));
-        assert!(world.unavailable() <= world.fenceposts.max_unavailable, "{} unavailable", world.unavailable());
+        assert!(
+            world.unavailable() <= world.fenceposts.max_unavailable,
+            "{} unavailable",
+            world.unavailable()
+        );
     }
     false
 }
@@ -288,7 +310,12 @@ fn with_surge_the_new_set_starts_with_fresh_machines_and_the_rest_of_the_old_one
     let mut world = World::new(4, Orchestration::Auto, 1, 1);
     assert!(run(&mut world, &[], 400));
     assert_eq!(world.created.len(), 1, "one surge machine: {:?}", world.created);
-    assert_eq!(world.deleted.len(), 1, "one old machine not needed: {:?}", world.deleted);
+    assert_eq!(
+        world.deleted.len(),
+        1,
+        "one old machine not needed: {:?}",
+        world.deleted
+    );
     assert_eq!((world.sets[NEW].replicas, world.sets[OLD].replicas), (4, 0));
 }
 
@@ -298,7 +325,10 @@ fn manual_never_selects_and_the_new_set_starts_empty() {
     for _ in 0..10 {
         let plan = world.plan();
         assert!(
-            !plan.actions.iter().any(|a| matches!(a, InPlaceAction::Select { .. })),
+            !plan
+                .actions
+                .iter()
+                .any(|a| matches!(a, InPlaceAction::Select { .. })),
             "{plan:?}"
         );
         world.apply(&plan);
@@ -306,7 +336,12 @@ fn manual_never_selects_and_the_new_set_starts_empty() {
     }
     assert_eq!(world.sets[NEW].replicas, 0);
     assert!(world.created.is_empty());
-    assert!(world.nodes.values().all(|n| n.labels.contains_key(labels::CANDIDATE_FOR_UPDATE)));
+    assert!(
+        world
+            .nodes
+            .values()
+            .all(|n| n.labels.contains_key(labels::CANDIDATE_FOR_UPDATE))
+    );
     assert!(world.sets[OLD].scale_up_disabled);
     // The user selects one node; the machine side updates it; it moves to the new set.
     let node = world.machines[1].node.clone().unwrap();
@@ -372,10 +407,15 @@ fn the_moved_machine_keeps_its_own_labels_and_takes_the_new_selector() {
     let node = world.machines[0].node.clone().unwrap();
     let view = world.nodes.get_mut(&node).unwrap();
     view.in_place_reason = Some(in_place_update::UPDATE_SUCCESSFUL.into());
-    view.labels
-        .insert(labels::UPDATE_RESULT.into(), in_place_update::RESULT_SUCCESSFUL.into());
+    view.labels.insert(
+        labels::UPDATE_RESULT.into(),
+        in_place_update::RESULT_SUCCESSFUL.into(),
+    );
     let plan = world.plan();
-    let Some(InPlaceAction::Transfer(transfer)) = plan.actions.iter().find(|a| matches!(a, InPlaceAction::Transfer(_)))
+    let Some(InPlaceAction::Transfer(transfer)) = plan
+        .actions
+        .iter()
+        .find(|a| matches!(a, InPlaceAction::Transfer(_)))
     else {
         panic!("a transfer: {plan:?}");
     };
@@ -410,12 +450,22 @@ fn selection_counts_machines_already_selected_against_max_unavailable() {
     world.apply(&plan);
     world.sets_act();
     let plan = world.plan();
-    let selected = plan.actions.iter().filter(|a| matches!(a, InPlaceAction::Select { .. })).count();
+    let selected = plan
+        .actions
+        .iter()
+        .filter(|a| matches!(a, InPlaceAction::Select { .. }))
+        .count();
     assert_eq!(selected, 2);
     world.apply(&plan);
     // Nothing more while both are under way.
     let plan = world.plan();
-    assert!(!plan.actions.iter().any(|a| matches!(a, InPlaceAction::Select { .. })), "{plan:?}");
+    assert!(
+        !plan
+            .actions
+            .iter()
+            .any(|a| matches!(a, InPlaceAction::Select { .. })),
+        "{plan:?}"
+    );
 }
 
 #[test]
