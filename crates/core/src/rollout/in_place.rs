@@ -18,7 +18,7 @@
 //! gives (`crate::autoscaler::node_marks`); the controller applies them as for RollingUpdate. Creation, pause and
 //! scaling events go through [`step`](super::step) as for the other strategies. Pure: no client, no clock.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 use mcm_api::{
@@ -245,7 +245,7 @@ pub struct InPlacePlan {
 ///   undergoing > 0`, up to `min(available − undergoing − minAvailable, replicas − new − undergoing)` candidates,
 ///   oldest set first, where `minAvailable = replicas − maxUnavailable` and `undergoing` counts old machines whose
 ///   node is selected.
-pub fn decide<'a>(input: &InPlaceInput<'a>) -> InPlacePlan {
+pub fn decide(input: &InPlaceInput<'_>) -> InPlacePlan {
     let replicas = input.replicas.max(0);
     let shared = RolloutInput {
         replicas,
@@ -292,65 +292,18 @@ pub fn decide<'a>(input: &InPlaceInput<'a>) -> InPlacePlan {
         });
         return plan;
     }
-    let old_names: BTreeSet<&str> = input.old.iter().map(|s| s.name.as_str()).collect();
-    let of_set = |set: &'a str| machines_of(input.machines, set);
-    let old_machines = || {
-        input
-            .machines
-            .iter()
-            .filter(|m| old_names.contains(m.set.as_str()))
-    };
-    let node_of = |m: &'a MachineView| node_of(input.nodes, m);
+    mark_old(input, &mut plan);
+    clean_new(input, new, &mut plan);
 
-    // 1. Old sets and their nodes.
-    if input.old.iter().any(|s| s.replicas > 0) {
-        plan.rollout.disable_scale_up = input
-            .old
-            .iter()
-            .filter(|s| !s.scale_up_disabled && (s.replicas > 0 || s.actual > 0))
-            .map(|s| s.name.clone())
-            .collect();
-    }
-    for machine in old_machines().filter(|m| !m.deleting) {
-        if let Some((node, view)) = node_of(machine)
-            && !view.has(labels::CANDIDATE_FOR_UPDATE)
-        {
-            plan.actions.push(InPlaceAction::MarkCandidate {
-                node: node.to_owned(),
-            });
-        }
-    }
-
-    // 2. The new set's updated machines and nodes (the reference's syncMachineSets).
-    for machine in of_set(&new.name) {
-        // The move counted it in the new set's replicas already: the label has done its work.
-        let node = node_of(machine);
-        if machine.carries_success() {
-            plan.actions.push(InPlaceAction::CleanMachine {
-                machine: machine.name.clone(),
-                resource_version: machine.resource_version.clone(),
-            });
-        }
-        if let Some((node, view)) = node
-            && view.updated()
-        {
-            plan.actions.push(InPlaceAction::CleanNode {
-                node: node.to_owned(),
-            });
-        }
-    }
-
-    // 3. Old sets shrink to the machines they have (scale-up-disabled, they would never replace the others).
-    let mut old_targets: BTreeMap<&str, i32> =
-        input.old.iter().map(|s| (s.name.as_str(), s.replicas)).collect();
-    for set in input.old {
-        if set.actual < set.replicas {
-            old_targets.insert(&set.name, set.actual);
-        }
-    }
+    // Old sets shrink to the machines they have (scale-up-disabled, they would never replace the others).
+    let old_targets: BTreeMap<&str, i32> = input
+        .old
+        .iter()
+        .map(|s| (s.name.as_str(), s.replicas.min(s.actual)))
+        .collect();
     let old_total: i32 = old_targets.values().sum();
 
-    // 4. The new set.
+    // The new set.
     let mut new_target = new.replicas;
     if new.replicas > replicas {
         new_target = replicas;
@@ -365,10 +318,9 @@ pub fn decide<'a>(input: &InPlaceInput<'a>) -> InPlacePlan {
             return finish(plan, replicas, new, input.old);
         }
     }
-    let mut scales: Vec<Scale> = Vec::new();
+    let all_old_to_zero = new_target == replicas && old_total > 0;
     let mut old_sorted: Vec<&SetView> = input.old.iter().collect();
     old_sorted.sort_by(|a, b| by_age(a, b));
-    let all_old_to_zero = new_target == replicas && old_total > 0;
     for set in &old_sorted {
         let target = if all_old_to_zero {
             0
@@ -376,53 +328,104 @@ pub fn decide<'a>(input: &InPlaceInput<'a>) -> InPlacePlan {
             old_targets[set.name.as_str()]
         };
         if target != set.replicas {
-            scales.push(Scale {
+            plan.rollout.scale.push(Scale {
                 name: set.name.clone(),
                 replicas: target,
             });
         }
     }
     if new_target != new.replicas {
-        scales.push(Scale {
+        plan.rollout.scale.push(Scale {
             name: new.name.clone(),
             replicas: new_target,
         });
     }
-    let scaled = !scales.is_empty();
-    plan.rollout.scale = scales;
-    if scaled || old_total == 0 || input.orchestration == Orchestration::Manual {
-        return finish(plan, replicas, new, input.old);
+    if plan.rollout.scale.is_empty() && old_total > 0 && input.orchestration == Orchestration::Auto {
+        select(input, new, old_total, &old_sorted, &mut plan);
     }
+    finish(plan, replicas, new, input.old)
+}
 
-    // 5. Auto: select nodes within maxUnavailable.
-    let undergoing = i32::try_from(
-        old_machines()
-            .filter(|m| node_of(m).is_some_and(|(_, v)| v.has(labels::SELECTED_FOR_UPDATE)))
-            .count(),
-    )
-    .unwrap_or(i32::MAX);
+/// Old sets with replicas are labelled `scale-up-disabled`, the nodes of their machines `candidate-for-update`.
+fn mark_old(input: &InPlaceInput<'_>, plan: &mut InPlacePlan) {
+    if input.old.iter().any(|s| s.replicas > 0) {
+        plan.rollout.disable_scale_up = input
+            .old
+            .iter()
+            .filter(|s| !s.scale_up_disabled && (s.replicas > 0 || s.actual > 0))
+            .map(|s| s.name.clone())
+            .collect();
+    }
+    for set in input.old {
+        for machine in machines_of(input.machines, &set.name).filter(|m| !m.deleting) {
+            if let Some((node, view)) = node_of(input.nodes, machine)
+                && !view.has(labels::CANDIDATE_FOR_UPDATE)
+            {
+                plan.actions.push(InPlaceAction::MarkCandidate {
+                    node: node.to_owned(),
+                });
+            }
+        }
+    }
+}
+
+/// The new set's moved machines lose `update-result` (the move counted them already: the label has done its work),
+/// and the nodes of its updated machines are cleaned (the reference's `syncMachineSets`).
+fn clean_new(input: &InPlaceInput<'_>, new: &SetView, plan: &mut InPlacePlan) {
+    for machine in machines_of(input.machines, &new.name) {
+        if machine.carries_success() {
+            plan.actions.push(InPlaceAction::CleanMachine {
+                machine: machine.name.clone(),
+                resource_version: machine.resource_version.clone(),
+            });
+        }
+        if let Some((node, view)) = node_of(input.nodes, machine)
+            && view.updated()
+        {
+            plan.actions.push(InPlaceAction::CleanNode {
+                node: node.to_owned(),
+            });
+        }
+    }
+}
+
+/// Auto: nodes of old machines to select within maxUnavailable (the reference's `reconcileOldMachineSetsInPlace`
+/// and `selectNumOfMachineForUpdate`), oldest set first.
+fn select(
+    input: &InPlaceInput<'_>,
+    new: &SetView,
+    old_total: i32,
+    old_sorted: &[&SetView],
+    plan: &mut InPlacePlan,
+) {
+    let replicas = input.replicas.max(0);
+    let selected =
+        |m: &&MachineView| node_of(input.nodes, m).is_some_and(|(_, v)| v.has(labels::SELECTED_FOR_UPDATE));
+    let undergoing: usize = old_sorted
+        .iter()
+        .map(|s| machines_of(input.machines, &s.name).filter(selected).count())
+        .sum();
+    let undergoing = i32::try_from(undergoing).unwrap_or(i32::MAX);
     let wanted = replicas - new.replicas - undergoing;
     let min_available = replicas - input.fenceposts.max_unavailable;
-    let all_total = old_total + new.replicas;
     let new_unavailable = (new.replicas - new.available).max(0);
-    let possible = all_total - min_available - new_unavailable - undergoing;
-    let available: i32 = new.available + input.old.iter().map(|s| s.available).sum::<i32>() - undergoing;
+    let possible = old_total + new.replicas - min_available - new_unavailable - undergoing;
+    let available = new.available + old_sorted.iter().map(|s| s.available).sum::<i32>() - undergoing;
     if wanted <= 0 || possible <= 0 || available <= min_available {
-        return finish(plan, replicas, new, input.old);
+        return;
     }
     let mut left = (available - min_available).min(wanted);
     for set in old_sorted {
-        if left == 0 {
-            break;
-        }
         let mut from_set = set.replicas.min(left);
-        let mut machines: Vec<&MachineView> = of_set(&set.name).filter(|m| !m.deleting).collect();
+        let mut machines: Vec<&MachineView> = machines_of(input.machines, &set.name)
+            .filter(|m| !m.deleting)
+            .collect();
         machines.sort_by(|a, b| a.name.cmp(&b.name));
         for machine in machines {
             if from_set == 0 {
                 break;
             }
-            let Some((node, view)) = node_of(machine) else {
+            let Some((node, view)) = node_of(input.nodes, machine) else {
                 continue;
             };
             if view.has(labels::SELECTED_FOR_UPDATE) || view.has(labels::UPDATE_RESULT) {
@@ -435,7 +438,6 @@ pub fn decide<'a>(input: &InPlaceInput<'a>) -> InPlacePlan {
             left -= 1;
         }
     }
-    finish(plan, replicas, new, input.old)
 }
 
 /// The machines of the set `set`.
