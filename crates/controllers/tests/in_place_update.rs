@@ -22,7 +22,7 @@ use kube::{
 use mcm_api::{
     InPlaceUpdateMachineDeployment, Machine, MachineDeployment, MachinePhase, MachineSet, MetaExt,
     builders::MachineDeploymentBuilder,
-    keys::{in_place_update, labels, node_conditions},
+    keys::{in_place_update, labels, node_conditions, taints},
 };
 use serde_json::json;
 use support::{Cluster, History, Setup, wait_within, watch_window};
@@ -187,7 +187,8 @@ fn most_under_update(history: &History<Node>) -> usize {
 }
 
 /// Waits until the rollout is done as a user sees it: one set of `replicas` owning every machine, the other at 0,
-/// `updatedReplicas` = replicas, and no node with an in-place label left. Returns (new set, old set).
+/// `updatedReplicas` = replicas, and no node with an in-place label, a cordon or the rollout's PreferNoSchedule
+/// taint left. Returns (new set, old set).
 async fn rolled_out_in_place(cluster: &Cluster, replicas: i32, old: &str) -> (MachineSet, MachineSet) {
     let done = watch_window(DEADLINE, async || {
         let status = cluster.deployments().get(NAME).await.ok()?.status?;
@@ -218,6 +219,10 @@ async fn rolled_out_in_place(cluster: &Cluster, replicas: i32, old: &str) -> (Ma
             .iter()
             .all(|k| !has_label(n, k))
                 && n.spec.as_ref().and_then(|s| s.unschedulable) != Some(true)
+                && n.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_none_or(|t| t.iter().all(|t| t.key != taints::PREFER_NO_SCHEDULE))
         });
         clean.then_some((new_set, old_set))
     })
