@@ -80,7 +80,7 @@ pub struct MachineDeploymentStrategy {
     /// Parameters of a rolling update.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rolling_update: Option<RollingUpdateMachineDeployment>,
-    /// Parameters of an in-place update (not supported yet; validation says so).
+    /// Parameters of an in-place update (required with strategy type `InPlaceUpdate`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_place_update: Option<InPlaceUpdateMachineDeployment>,
 }
@@ -112,7 +112,7 @@ pub enum StrategyType {
     Recreate,
     /// Replace old machines only as someone else deletes them.
     OnDelete,
-    /// Update machines in place (known to the reference; not supported here yet).
+    /// Update machines in place: their VMs are kept and the machines move to the new set once updated.
     InPlaceUpdate,
 }
 
@@ -153,6 +153,13 @@ pub struct InPlaceUpdateMachineDeployment {
     /// `Auto` or `Manual`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub orchestration_type: String,
+}
+
+impl InPlaceUpdateMachineDeployment {
+    /// Whether the user selects the nodes to update (`orchestrationType: Manual`).
+    pub fn is_manual(&self) -> bool {
+        self.orchestration_type == "Manual"
+    }
 }
 
 /// The revision to roll back to (`spec.rollbackTo`).

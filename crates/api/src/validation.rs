@@ -5,7 +5,7 @@
 //! Event; nothing is created or destroyed because of an invalid object. What is checked: what the reference checks
 //! (class reference, replicas, selector against template labels, strategy type), and what this project adds (names
 //! are DNS-1123, durations parse, maxSurge and maxUnavailable valid and not both zero, the strategy types this
-//! project supports, an empty strategy type meaning RollingUpdate, and a clear "not supported yet" for InPlaceUpdate).
+//! project supports, an empty strategy type meaning RollingUpdate, and InPlaceUpdate's parameters).
 
 use std::{collections::BTreeMap, fmt};
 
@@ -379,47 +379,18 @@ fn validate_strategy(deployment: &MachineDeployment, errors: &mut Vec<FieldError
     match strategy.strategy_type() {
         Err(other) => errors.push(FieldError::new(
             "spec.strategy.type",
-            ErrorKind::NotSupported(other.to_owned(), vec!["RollingUpdate", "Recreate", "OnDelete"]),
+            ErrorKind::NotSupported(other.to_owned(), SUPPORTED_STRATEGIES.to_vec()),
             "",
         )),
-        Ok(StrategyType::InPlaceUpdate) => errors.push(FieldError::new(
-            "spec.strategy.type",
-            ErrorKind::NotSupported(
-                "InPlaceUpdate".into(),
-                vec!["RollingUpdate", "Recreate", "OnDelete"],
-            ),
-            "the InPlaceUpdate strategy is not supported yet",
-        )),
+        Ok(StrategyType::InPlaceUpdate) => validate_in_place_update(strategy, errors),
         Ok(StrategyType::RollingUpdate) => {
             let rolling = strategy.rolling_update.clone().unwrap_or_default();
-            let surge = rolling
-                .max_surge
-                .as_ref()
-                .map(|v| (v, check_int_or_percent(v, false)));
-            let unavailable = rolling
-                .max_unavailable
-                .as_ref()
-                .map(|v| (v, check_int_or_percent(v, true)));
-            for (path, checked) in [
-                ("spec.strategy.rollingUpdate.maxSurge", &surge),
-                ("spec.strategy.rollingUpdate.maxUnavailable", &unavailable),
-            ] {
-                if let Some((value, Err(reason))) = checked {
-                    errors.push(FieldError::invalid(
-                        path,
-                        int_or_string_text(value),
-                        reason.clone(),
-                    ));
-                }
-            }
-            // Absent values default to 1 each (as in the reference), so only two explicit zeros are both zero.
-            if let (Some((_, Ok(0))), Some((_, Ok(0)))) = (&surge, &unavailable) {
-                errors.push(FieldError::invalid(
-                    "spec.strategy.rollingUpdate.maxUnavailable",
-                    "0",
-                    "may not be 0 when maxSurge is 0",
-                ));
-            }
+            validate_surge_and_unavailable(
+                rolling.max_surge.as_ref(),
+                rolling.max_unavailable.as_ref(),
+                "spec.strategy.rollingUpdate",
+                errors,
+            );
         }
         Ok(StrategyType::Recreate | StrategyType::OnDelete) => {
             if strategy.rolling_update.is_some() {
@@ -436,7 +407,78 @@ fn validate_strategy(deployment: &MachineDeployment, errors: &mut Vec<FieldError
     if strategy.in_place_update.is_some() && strategy.strategy_type() != Ok(StrategyType::InPlaceUpdate) {
         errors.push(FieldError::forbidden(
             "spec.strategy.inPlaceUpdate",
-            "may only be specified with strategy type InPlaceUpdate, which is not supported yet",
+            "may only be specified with strategy type InPlaceUpdate",
+        ));
+    }
+}
+
+/// The strategy types this project supports, as validation lists them.
+const SUPPORTED_STRATEGIES: [&str; 4] = ["RollingUpdate", "Recreate", "OnDelete", "InPlaceUpdate"];
+
+/// The orchestration types of an in-place update (the reference's `OrchestrationTypeAuto` and `…Manual`).
+pub const ORCHESTRATION_TYPES: [&str; 2] = ["Auto", "Manual"];
+
+/// `strategy.type: InPlaceUpdate` (reference `validateUpdateStrategy`): the `inPlaceUpdate` parameters are required,
+/// with `orchestrationType` `Auto` or `Manual`; maxSurge and maxUnavailable are checked as rollingUpdate's are
+/// (absent means 1); `rollingUpdate` may not be given beside it.
+fn validate_in_place_update(strategy: &crate::MachineDeploymentStrategy, errors: &mut Vec<FieldError>) {
+    if strategy.rolling_update.is_some() {
+        errors.push(FieldError::forbidden(
+            "spec.strategy.rollingUpdate",
+            "may not be specified when strategy `type` is 'InPlaceUpdate'",
+        ));
+    }
+    let Some(in_place) = &strategy.in_place_update else {
+        errors.push(FieldError::required(
+            "spec.strategy.inPlaceUpdate",
+            "InPlaceUpdate parameter cannot be nil for in-place update strategy",
+        ));
+        return;
+    };
+    match in_place.orchestration_type.as_str() {
+        "" => errors.push(FieldError::required(
+            "spec.strategy.inPlaceUpdate.orchestrationType",
+            "must be Auto or Manual",
+        )),
+        other if !ORCHESTRATION_TYPES.contains(&other) => errors.push(FieldError::new(
+            "spec.strategy.inPlaceUpdate.orchestrationType",
+            ErrorKind::NotSupported(other.to_owned(), ORCHESTRATION_TYPES.to_vec()),
+            "",
+        )),
+        _ => {}
+    }
+    validate_surge_and_unavailable(
+        in_place.max_surge.as_ref(),
+        in_place.max_unavailable.as_ref(),
+        "spec.strategy.inPlaceUpdate",
+        errors,
+    );
+}
+
+/// maxSurge and maxUnavailable under `prefix`: each a non-negative number or percentage (maxUnavailable at most
+/// 100%), and not both an explicit 0 (absent values default to 1 each, as in the reference's API documentation).
+fn validate_surge_and_unavailable(
+    max_surge: Option<&IntOrString>,
+    max_unavailable: Option<&IntOrString>,
+    prefix: &str,
+    errors: &mut Vec<FieldError>,
+) {
+    let surge = max_surge.map(|v| (v, check_int_or_percent(v, false)));
+    let unavailable = max_unavailable.map(|v| (v, check_int_or_percent(v, true)));
+    for (field, checked) in [("maxSurge", &surge), ("maxUnavailable", &unavailable)] {
+        if let Some((value, Err(reason))) = checked {
+            errors.push(FieldError::invalid(
+                format!("{prefix}.{field}"),
+                int_or_string_text(value),
+                reason.clone(),
+            ));
+        }
+    }
+    if let (Some((_, Ok(0))), Some((_, Ok(0)))) = (&surge, &unavailable) {
+        errors.push(FieldError::invalid(
+            format!("{prefix}.maxUnavailable"),
+            "0",
+            "may not be 0 when maxSurge is 0",
         ));
     }
 }

@@ -132,18 +132,88 @@ fn strategy_types_rolling_update_recreate_and_on_delete_are_supported_and_empty_
 }
 
 #[test]
-fn in_place_update_is_rejected_as_not_supported_yet() {
+fn in_place_update_is_accepted_with_auto_or_manual_orchestration() {
+    for orchestration in ["Auto", "Manual"] {
+        let d = deployment(
+            &serde_json::json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": {
+            "orchestrationType": orchestration, "maxSurge": 0, "maxUnavailable": "50%" } } }),
+        );
+        assert_eq!(
+            messages(&validation::validate_machine_deployment(&d)),
+            Vec::<String>::new(),
+            "{orchestration}"
+        );
+    }
+    // maxSurge and maxUnavailable default to 1 each, as rollingUpdate's do.
     let d = deployment(
         &serde_json::json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": { "orchestrationType": "Auto" } } }),
     );
-    let found = messages(&validation::validate_machine_deployment(&d));
-    assert!(
-        found[0].starts_with("spec.strategy.type: Unsupported value: \"InPlaceUpdate\""),
-        "{found:?}"
+    assert!(validation::validate_machine_deployment(&d).is_empty());
+}
+
+#[test]
+fn in_place_update_needs_its_parameters_and_a_known_orchestration_type() {
+    let missing = deployment(&serde_json::json!({ "strategy": { "type": "InPlaceUpdate" } }));
+    assert_eq!(
+        messages(&validation::validate_machine_deployment(&missing)),
+        [
+            "spec.strategy.inPlaceUpdate: Required value: InPlaceUpdate parameter cannot be nil for in-place update strategy"
+        ]
     );
-    assert!(
-        found[0].ends_with("the InPlaceUpdate strategy is not supported yet"),
-        "{found:?}"
+    let no_type =
+        deployment(&serde_json::json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": {} } }));
+    assert_eq!(
+        messages(&validation::validate_machine_deployment(&no_type)),
+        ["spec.strategy.inPlaceUpdate.orchestrationType: Required value: must be Auto or Manual"]
+    );
+    let unknown = deployment(&serde_json::json!({ "strategy": { "type": "InPlaceUpdate",
+        "inPlaceUpdate": { "orchestrationType": "auto" } } }));
+    assert_eq!(
+        messages(&validation::validate_machine_deployment(&unknown)),
+        [
+            "spec.strategy.inPlaceUpdate.orchestrationType: Unsupported value: \"auto\": supported values: \"Auto\", \"Manual\""
+        ]
+    );
+}
+
+#[test]
+fn in_place_update_surge_and_unavailable_are_checked_as_rolling_updates_are() {
+    let d = deployment(
+        &serde_json::json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": {
+        "orchestrationType": "Auto", "maxSurge": "two", "maxUnavailable": "150%" } } }),
+    );
+    assert_eq!(
+        messages(&validation::validate_machine_deployment(&d)),
+        [
+            "spec.strategy.inPlaceUpdate.maxSurge: Invalid value: \"two\": a string value must be a percentage such as '25%'",
+            "spec.strategy.inPlaceUpdate.maxUnavailable: Invalid value: \"150%\": must not be greater than 100%",
+        ]
+    );
+    let zeros = deployment(
+        &serde_json::json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": {
+        "orchestrationType": "Auto", "maxSurge": 0, "maxUnavailable": "0%" } } }),
+    );
+    assert_eq!(
+        messages(&validation::validate_machine_deployment(&zeros)),
+        ["spec.strategy.inPlaceUpdate.maxUnavailable: Invalid value: \"0\": may not be 0 when maxSurge is 0"]
+    );
+}
+
+#[test]
+fn the_other_strategy_parameters_are_forbidden_beside_their_type() {
+    let rolling_beside = deployment(&serde_json::json!({ "strategy": { "type": "InPlaceUpdate",
+        "rollingUpdate": { "maxSurge": 1 }, "inPlaceUpdate": { "orchestrationType": "Manual" } } }));
+    assert_eq!(
+        messages(&validation::validate_machine_deployment(&rolling_beside)),
+        [
+            "spec.strategy.rollingUpdate: Forbidden: may not be specified when strategy `type` is 'InPlaceUpdate'"
+        ]
+    );
+    let in_place_beside = deployment(&serde_json::json!({ "strategy": { "type": "RollingUpdate",
+        "inPlaceUpdate": { "orchestrationType": "Manual" } } }));
+    assert_eq!(
+        messages(&validation::validate_machine_deployment(&in_place_beside)),
+        ["spec.strategy.inPlaceUpdate: Forbidden: may only be specified with strategy type InPlaceUpdate"]
     );
 }
 
@@ -153,7 +223,7 @@ fn an_unknown_strategy_type_lists_the_supported_ones() {
     assert_eq!(
         messages(&validation::validate_machine_deployment(&d)),
         [
-            "spec.strategy.type: Unsupported value: \"Rolling\": supported values: \"RollingUpdate\", \"Recreate\", \"OnDelete\""
+            "spec.strategy.type: Unsupported value: \"Rolling\": supported values: \"RollingUpdate\", \"Recreate\", \"OnDelete\", \"InPlaceUpdate\""
         ]
     );
 }

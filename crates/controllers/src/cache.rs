@@ -74,10 +74,22 @@ pub(crate) fn machine_identity(machine: &mut mcm_api::Machine) {
     machine.status = None;
 }
 
-/// A node as the deployment controller reads it (labels, annotations, taints, resourceVersion): without status.
+/// A node as the deployment controller reads it (labels, annotations, taints, resourceVersion, and of its status only
+/// the `InPlaceUpdate` condition, which an in-place rollout reads).
 pub(crate) fn node_marks(node: &mut k8s_openapi::api::core::v1::Node) {
     lean(node);
-    node.status = None;
+    let in_place: Vec<_> = node
+        .status
+        .take()
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c.type_ == mcm_api::keys::node_conditions::IN_PLACE_UPDATE)
+        .collect();
+    node.status = (!in_place.is_empty()).then(|| k8s_openapi::api::core::v1::NodeStatus {
+        conditions: Some(in_place),
+        ..Default::default()
+    });
 }
 
 /// A node as the machine controller reads it: without the container images the kubelet lists (often the largest
@@ -145,6 +157,24 @@ mod tests {
             }
         }))
         .unwrap();
+        let mut in_place = node.clone();
+        in_place
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()
+            .push(k8s_openapi::api::core::v1::NodeCondition {
+                type_: mcm_api::keys::node_conditions::IN_PLACE_UPDATE.into(),
+                status: "True".into(),
+                reason: Some("UpdateSuccessful".into()),
+                ..Default::default()
+            });
+        node_marks(&mut in_place);
+        let kept = in_place.status.unwrap().conditions.unwrap();
+        assert_eq!(kept.len(), 1, "only the InPlaceUpdate condition: {kept:?}");
+        assert_eq!(kept[0].reason.as_deref(), Some("UpdateSuccessful"));
         let mut marks = node.clone();
         node_marks(&mut marks);
         assert!(marks.status.is_none());

@@ -1,7 +1,7 @@
 //! What the reference accepts and this project only stores is never silently ignored (issue 23, part 5):
-//! - a MachineDeployment with the InPlaceUpdate strategy stored by a server without our admission (a cluster with only
-//!   the CRDs) is held: no MachineSet is ever created, its conditions name `spec.strategy.type` and the reason, and
-//!   a Warning Event says so;
+//! - a MachineDeployment with an InPlaceUpdate strategy we refuse (an unknown orchestration type) stored by a server
+//!   without our admission (a cluster with only the CRDs) is held: no MachineSet is ever created, its conditions name
+//!   `spec.strategy.inPlaceUpdate.orchestrationType` and the reason, and a Warning Event says so;
 //! - a setting that is stored but has no effect (the label `force-drain` on a preserved machine) gets one Warning
 //!   Event naming it. (Preservation and the in-place update timeout, warned about here before they were
 //!   implemented, have their own tests: preservation.rs, in_place_machine.rs.)
@@ -60,8 +60,8 @@ async fn warnings_about(client: &Client, kind: &str, name: &str, reason: &str) -
         .collect()
 }
 
-/// On a cluster without our admission an InPlaceUpdate deployment is stored; the controller holds it before creating
-/// any MachineSet (the reference would create a new set and update machines in place; we do not, and say so).
+/// On a cluster without our admission an InPlaceUpdate deployment with an unknown orchestration type is stored; the
+/// controller holds it before creating any MachineSet (the reference refuses it in its validation too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_in_place_update_deployment_is_held_with_a_clear_condition_and_no_set() {
     let mut cluster = Cluster::start_with_admission(support::settings(), false).await;
@@ -70,8 +70,7 @@ async fn an_in_place_update_deployment_is_held_with_a_clear_condition_and_no_set
     let sets: Api<MachineSet> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     let set_history = History::start(sets.clone()).await;
     cluster.start_set_controllers(machinedeployment::Config::new(NAMESPACE));
-    let spec =
-        json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": { "orchestrationType": "Auto" } } });
+    let spec = json!({ "strategy": { "type": "InPlaceUpdate", "inPlaceUpdate": { "orchestrationType": "Rolling" } } });
     deployments
         .create(&PostParams::default(), &deployment("inplace", 2, &spec))
         .await
@@ -89,8 +88,8 @@ async fn an_in_place_update_deployment_is_held_with_a_clear_condition_and_no_set
     let (reason, message, conditions) = held;
     assert_eq!(reason, "InvalidSpec");
     assert!(
-        message.contains("spec.strategy.type")
-            && message.contains("InPlaceUpdate strategy is not supported yet"),
+        message.contains("spec.strategy.inPlaceUpdate.orchestrationType")
+            && message.contains("Unsupported value: \"Rolling\""),
         "{message}"
     );
     for type_ in [
@@ -112,7 +111,10 @@ async fn an_in_place_update_deployment_is_held_with_a_clear_condition_and_no_set
     })
     .await;
     assert_eq!(events.len(), 1, "{events:?}");
-    assert!(events[0].contains("spec.strategy.type"), "{events:?}");
+    assert!(
+        events[0].contains("spec.strategy.inPlaceUpdate.orchestrationType"),
+        "{events:?}"
+    );
 
     // A valid deployment created afterwards gets its set: the controller has gone past the held one by then.
     deployments

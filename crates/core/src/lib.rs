@@ -49,7 +49,7 @@ pub mod redact;
 pub mod remediation;
 // What to do after a provider call failed, by method and machine code.
 pub mod retry_policy;
-// The MachineDeployment arithmetic (template hash, maxSurge/maxUnavailable, rolling update, scaling, progress).
+// The MachineDeployment arithmetic (template hash, maxSurge/maxUnavailable, rolling update, scaling, progress, in-place).
 pub mod rollout;
 // Orphan VM collection and unmanaged nodes (the machine controller's safety loop).
 pub mod safety_orphans;

@@ -1,6 +1,7 @@
 //! The MachineDeployment controller, the acting half of `mcm_core::rollout` and `mcm_core::autoscaler`: find the
 //! deployment's new set (the one whose template equals the deployment's, hash label aside) and its old sets, run the
-//! cluster-autoscaler's trigger-deletion handshake, ask `rollout::step` what to do, and do it: create the new set
+//! cluster-autoscaler's trigger-deletion handshake, ask `rollout::step` (InPlaceUpdate: `rollout::in_place`, acted on
+//! in [`in_place`]) what to do, and do it: create the new set
 //! (template hash label, revision and replicas annotations, the deployment's annotations, owner reference), keep the
 //! new set in line (nodeTemplate, machine configuration, annotations, revision) without a rollout, scale sets, mark
 //! old sets of an OnDelete rollout scale-up-disabled, mark the nodes of a rollout (scale-down-disabled annotations,
@@ -10,6 +11,7 @@
 
 mod autoscaler;
 mod held;
+mod in_place;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
@@ -31,7 +33,7 @@ use kube::{
 };
 use mcm_api::{
     ConditionStatus, Machine, MachineDeployment, MachineDeploymentCondition, MachineDeploymentConditionType,
-    MachineDeploymentStatus, MachineSet, MachineSetSpec, MetaExt, keys,
+    MachineDeploymentStatus, MachineSet, MachineSetSpec, MetaExt, StrategyType, keys,
 };
 use mcm_core::{
     rollout::{self, ProgressInput, RolloutInput, RolloutPhase, SetView, StatusCounts},
@@ -160,8 +162,7 @@ pub async fn run(
             .default_backoff()
             .modify(crate::cache::node_marks)
             .reflect(writer)
-            .touched_objects()
-            .for_each(|_| async {});
+            .touched_objects();
         (store, stream)
     });
     let (nodes, node_stream) = match nodes {
@@ -200,6 +201,19 @@ pub async fn run(
         warned: crate::invalid::Warned::default(),
         no_effect: crate::ignored::NoEffect::default(),
     });
+    // A node in an in-place update wakes its deployment (the node agent's `update-result`, the machine controller's
+    // condition); the node cache runs as long as the controller does.
+    let controller = match node_stream {
+        Some(stream) => {
+            let machines = context.machines.clone();
+            let sets = context.sets.clone();
+            let namespace = namespace.clone();
+            controller.watches_stream(stream, move |node: Node| {
+                in_place::deployment_of_node(&node, &machines, &sets, &namespace)
+            })
+        }
+        None => controller,
+    };
     let shutdown = shutdown.boxed().shared();
     let work = controller
         .watches_stream(set_stream, by_set)
@@ -219,17 +233,7 @@ pub async fn run(
                 tracing::debug!(error = %err, "machine deployment reconcile ended with an error");
             }
         });
-    let work = crate::cache::until_stopped(work, &deployments, shutdown);
-    match node_stream {
-        // The node cache runs as long as the controller does.
-        Some(nodes) => {
-            tokio::select! {
-                () = work => {}
-                () = nodes => {}
-            }
-        }
-        None => work.await,
-    }
+    crate::cache::until_stopped(work, &deployments, shutdown).await;
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature is kube-runtime's
@@ -613,14 +617,42 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
         .filter(|s| Some(s.name_any()) != new.map(ResourceExt::name_any))
         .collect();
     let old_views: Vec<SetView> = old_sets.iter().map(|s| view(s)).collect();
-    let plan = rollout::step(&RolloutInput {
-        replicas: deployment.spec.replicas,
-        strategy,
-        fenceposts,
-        paused: deployment.spec.paused,
-        new: new_view.as_ref(),
-        old: &old_views,
-    });
+    let in_place_plan = if strategy == StrategyType::InPlaceUpdate {
+        let Some(nodes) = &ctx.nodes else {
+            tracing::warn!(deployment = %name, "{}", in_place::NO_TARGET);
+            ctx.recorder
+                .record(
+                    &*deployment,
+                    EventType::Warning,
+                    "InvalidSpec",
+                    in_place::NO_TARGET,
+                )
+                .await;
+            return Ok(Action::requeue(ctx.config.resync));
+        };
+        Some(in_place::decide(
+            &deployment,
+            fenceposts,
+            &owned,
+            new_view.as_ref(),
+            &old_views,
+            &machines_by_set,
+            nodes,
+        ))
+    } else {
+        None
+    };
+    let plan = match &in_place_plan {
+        Some(in_place) => in_place.rollout.clone(),
+        None => rollout::step(&RolloutInput {
+            replicas: deployment.spec.replicas,
+            strategy,
+            fenceposts,
+            paused: deployment.spec.paused,
+            new: new_view.as_ref(),
+            old: &old_views,
+        }),
+    };
 
     let mut created = None;
     if let Some(replicas) = plan.create_new {
@@ -742,6 +774,24 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
 
     let mut requeue = ctx.config.resync;
     if let (Some(target), Some(nodes)) = (&ctx.target, &ctx.nodes) {
+        // The in-place acts first; the nodes they wrote get their marks on the next pass, which sees the writes.
+        let mut written = std::collections::BTreeSet::new();
+        if let Some(in_place) = &in_place_plan {
+            let acted = in_place::act(
+                &deployment,
+                &in_place.actions,
+                &owned,
+                fenceposts,
+                target,
+                nodes,
+                ctx,
+            )
+            .await?;
+            if acted.retry_soon {
+                requeue = RETRY_SOON;
+            }
+            written = acted.nodes;
+        }
         let old_names: Vec<String> = old_sets.iter().map(|s| s.name_any()).collect();
         let machines: Vec<(&Machine, bool)> = machines_by_set
             .iter()
@@ -749,6 +799,7 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
                 let old = old_names.contains(set);
                 machines.iter().map(move |m| (*m, old))
             })
+            .filter(|(m, _)| m.node_name().is_none_or(|n| !written.contains(n)))
             .collect();
         let marked = autoscaler::mark_nodes(
             target,

@@ -297,12 +297,22 @@ pub fn cases() -> Vec<Case> {
             },
         ),
         case(
-            "InPlaceUpdate strategy",
+            "InPlaceUpdate strategy without its parameters",
             MachineDeployment,
-            "spec.strategy.type",
+            "spec.strategy.inPlaceUpdate",
             md(),
             |o| {
                 o["spec"]["strategy"] = json!({ "type": "InPlaceUpdate" });
+            },
+        ),
+        case(
+            "InPlaceUpdate with an unknown orchestration type",
+            MachineDeployment,
+            "spec.strategy.inPlaceUpdate.orchestrationType",
+            md(),
+            |o| {
+                o["spec"]["strategy"] =
+                    json!({ "type": "InPlaceUpdate", "inPlaceUpdate": { "orchestrationType": "Automatic" } });
             },
         ),
         case(

@@ -2,7 +2,7 @@
 //! process of the worker nodes?" and "How MCM responds when scale-out/scale-in is done during rolling update of a
 //! machinedeployment?"): the template hash and the new set's name, maxSurge and maxUnavailable, the rolling-update
 //! step, Recreate and OnDelete, proportional scaling during a rollout, revisions, rollback and history cleanup, and the
-//! availability and progress checks.
+//! availability and progress checks, and the InPlaceUpdate rollout ([`in_place`]).
 //!
 //! The controller observes the deployment and its MachineSets ([`SetView::of`]), calls [`step`], and applies the
 //! [`RolloutPlan`]: create the new set, or scale sets (each scale writes `spec.replicas` and the
@@ -12,6 +12,7 @@
 mod fenceposts;
 mod hash;
 mod history;
+pub mod in_place;
 mod new_set;
 mod progress;
 mod sets;
@@ -20,7 +21,8 @@ mod step;
 mod tests;
 
 pub use fenceposts::{
-    DEFAULT_FENCEPOST, FencepostError, Fenceposts, fenceposts, resolve_fenceposts, scaled_value,
+    DEFAULT_FENCEPOST, FencepostError, Fenceposts, fenceposts, in_place_surge, resolve_fenceposts,
+    scaled_value,
 };
 pub use hash::{equal_ignore_hash, machine_set_name, safe_encode, template_hash, template_with_hash};
 pub use history::{

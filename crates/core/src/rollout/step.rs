@@ -13,7 +13,8 @@ use super::{fenceposts::Fenceposts, sets::SetView};
 pub struct RolloutInput<'a> {
     /// The deployment's `spec.replicas`.
     pub replicas: i32,
-    /// The strategy (InPlaceUpdate is refused by validation; it is handled like RollingUpdate here).
+    /// The strategy. For InPlaceUpdate only creation, pause and scaling events are decided here; the rollout itself is
+    /// [`in_place::decide`](super::in_place::decide)'s, which calls this for those.
     pub strategy: StrategyType,
     /// [`fenceposts`](fn@super::fenceposts) of the deployment.
     pub fenceposts: Fenceposts,
@@ -68,7 +69,7 @@ pub struct RolloutPlan {
 }
 
 impl RolloutPlan {
-    fn new(phase: RolloutPhase) -> Self {
+    pub(super) fn new(phase: RolloutPhase) -> Self {
         Self {
             create_new: None,
             scale: Vec::new(),
@@ -356,9 +357,9 @@ pub fn step(input: &RolloutInput<'_>) -> RolloutPlan {
         return plan;
     }
     match input.strategy {
-        StrategyType::RollingUpdate | StrategyType::InPlaceUpdate => {
-            rolling(replicas, fp, new, input.old, &mut plan);
-        }
+        StrategyType::RollingUpdate => rolling(replicas, fp, new, input.old, &mut plan),
+        // Moving machines in place needs their nodes: `in_place::decide` does it.
+        StrategyType::InPlaceUpdate => {}
         StrategyType::Recreate => recreate(replicas, fp, new, input.old, &mut plan),
         StrategyType::OnDelete => on_delete(replicas, fp, new, input.old, &mut plan),
     }

@@ -3,6 +3,7 @@
 mod fenceposts;
 mod hash;
 mod history;
+mod in_place;
 mod progress;
 mod simulated;
 mod step;
