@@ -14,8 +14,7 @@
 //!   when the remediation guard allows: the plan carries the Failed status as a [`HealthPlan::failure_candidate`]
 //!   for the controller to pass through [`crate::remediation::decide`] with the rest of the group.
 //! - In-place updates (reference v0.58+): InPlaceUpdating and InPlaceUpdateFailed are neither Running nor Unknown
-//!   for health; the health timeout never fails InPlaceUpdating, and fails InPlaceUpdateFailed at
-//!   `currentStatus.lastUpdateTime + health timeout` as it fails Unknown. The node label `update-result` moves them:
+//!   for health, and the health timeout never fails them. The node label `update-result` moves them:
 //!   `successful` → InPlaceUpdateSuccessful (`InPlaceUpdate/Successful "… successfully updated dependencies"`),
 //!   `failed` → InPlaceUpdateFailed (`InPlaceUpdate/Failed "… failed to update dependencies: <reason>"`).
 //!   InPlaceUpdating at `currentStatus.lastUpdateTime + in-place update timeout` → InPlaceUpdateFailed.
@@ -344,8 +343,8 @@ fn join(ctx: &Context<'_>, plan: &mut HealthPlan, status: &mut StatusUpdate) {
     plan.transition = HealthTransition::Joined { first };
 }
 
-/// InPlaceUpdating or InPlaceUpdateFailed: the node agent's `update-result`, else the in-place update timeout
-/// (InPlaceUpdating) or the health timeout (InPlaceUpdateFailed), both measured from `currentStatus.lastUpdateTime`.
+/// InPlaceUpdating or InPlaceUpdateFailed: the node agent's `update-result`, else (InPlaceUpdating only) the in-place
+/// update timeout, measured from `currentStatus.lastUpdateTime`. Never the health timeout.
 fn in_place(ctx: &Context<'_>, plan: &mut HealthPlan, status: &mut StatusUpdate) {
     let node = ctx.input.node;
     let phase = ctx.input.machine.phase();
@@ -377,13 +376,7 @@ fn in_place(ctx: &Context<'_>, plan: &mut HealthPlan, status: &mut StatusUpdate)
         }
         _ => {}
     }
-    if phase == Some(MachinePhase::InPlaceUpdateFailed) {
-        // The reference's health timeout fails an InPlaceUpdateFailed machine as it fails an Unknown one, unless
-        // disableHealthTimeout (machine_util.go reconcileMachineHealth; its test "Machine in InPlaceUpdateFailed
-        // state for over 10min(healthTimeout) should be marked Failed").
-        if !ctx.effective.health_timeout_disabled {
-            health_timeout(ctx, plan, status);
-        }
+    if phase != Some(MachinePhase::InPlaceUpdating) {
         return;
     }
     let now = ctx.input.now;
@@ -865,34 +858,17 @@ mod tests {
         assert_eq!(op.state, Some(MachineState::Failed));
     }
 
-    /// The reference's entries "Machine in InPlaceUpdateFailed state for over 10min(healthTimeout) should be marked
-    /// Failed" and "... should not be marked Failed if DisableHealthTimeout is set".
     #[test]
-    fn in_place_update_failed_is_failed_at_the_health_timeout_unless_disabled_and_a_success_still_moves_it() {
+    fn in_place_update_failed_stays_whatever_the_health_until_a_success() {
         let conditions = vec![condition("Ready", "False")];
         let m = machine(MachinePhase::InPlaceUpdateFailed, CREATED, conditions.clone());
-        let n = node(conditions.clone());
-        let before = plan(&m, Some(&n), CREATED + 10 * 60 - 1);
-        assert_eq!(before.failure_candidate, None);
-        assert_eq!(before.status, None);
-        assert_eq!(before.requeue_after, Some(Duration::from_secs(1)));
-        let after = plan(&m, Some(&n), CREATED + 10 * 60);
-        assert_eq!(after.transition, HealthTransition::HealthTimedOut);
-        assert_eq!(
-            after.failure_candidate.and_then(|c| c.phase()),
-            Some(MachinePhase::Failed),
-            "a Failed candidate for the remediation guard, as for Unknown"
-        );
-
-        let mut disabled = m.clone();
-        disabled.spec.configuration.disable_health_timeout = Some(true);
-        let p = plan(&disabled, Some(&n), CREATED + 100_000);
+        let n = node(conditions);
+        let p = plan(&m, Some(&n), CREATED + 100_000);
         assert_eq!(p.failure_candidate, None);
         assert_eq!(p.status, None);
-
         let m = machine(MachinePhase::InPlaceUpdateFailed, CREATED, healthy_conditions());
         let failed = in_place_node(Some("failed"), Some("disk full"));
-        assert_eq!(plan(&m, Some(&failed), CREATED + 10).status, None);
+        assert_eq!(plan(&m, Some(&failed), CREATED + 100_000).status, None);
         let ok = in_place_node(Some("successful"), None);
         assert_eq!(
             plan(&m, Some(&ok), CREATED + 10).status.unwrap().phase(),
