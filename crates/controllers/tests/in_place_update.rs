@@ -1,14 +1,14 @@
-//! The InPlaceUpdate strategy, deployment side, end to end against the embedded API server with the sim provider and
-//! its kubelet, the machine controller of today and the MachineSet and MachineDeployment controllers. The machine
-//! side of the protocol (drain, `InPlaceUpdating`, the node agent's `update-result`, the `InPlaceUpdate` node
-//! condition) is played by this file's stand-in ([`machine_side`]) through the protocol only, so that it can go once
-//! the machine controller and the node agents do it themselves.
+//! The InPlaceUpdate strategy end to end against the embedded API server: the sim provider and its kubelet (playing
+//! Gardener's node agent: it applies the new class to the VM and reports `update-result`), the machine controller
+//! (the `InPlaceUpdate` node condition, the drain, the in-place phases) and the MachineSet and MachineDeployment
+//! controllers (candidates, selection, moving updated machines to the new set). Nothing in the test plays a part of
+//! the protocol except the user's `selected-for-update` labels with Manual.
 //!
 //! What a user checks: a change of `spec.template.spec.class.name` completes with the same machines and VMs (every
-//! version of every machine is watched: none created, none deleted, providerIDs unchanged), never more than
-//! maxUnavailable nodes are updated at once, `updatedReplicas` = replicas at the end, the old set is at 0 and
-//! labelled `scale-up-disabled`, the in-place labels are gone; with Manual nothing is selected until the user labels a
-//! node.
+//! version of every machine is watched: none created, none deleted, providerIDs unchanged, the VMs now of the new
+//! class), never more than maxUnavailable nodes are updated at once, `updatedReplicas` = replicas at the end, the old
+//! set is at 0 and labelled `scale-up-disabled`, the in-place labels are gone; with Manual nothing is selected until
+//! the user labels a node.
 
 mod support;
 
@@ -22,20 +22,16 @@ use kube::{
 use mcm_api::{
     InPlaceUpdateMachineDeployment, Machine, MachineDeployment, MachinePhase, MachineSet, MetaExt,
     builders::MachineDeploymentBuilder,
-    keys::{in_place_update, labels, node_conditions, taints},
+    keys::{kubernetes::INSTANCE_TYPE_LABEL, labels, taints},
 };
 use serde_json::json;
 use support::{Cluster, History, Setup, wait_within, watch_window};
-use tokio::task::JoinHandle;
 
 /// The deployment of every test.
 const NAME: &str = "pool";
 
 /// Long enough for a rollout of a few machines on a busy machine.
 const DEADLINE: Duration = Duration::from_mins(2);
-
-/// How often the stand-in looks at the nodes.
-const STEP: Duration = Duration::from_millis(200);
 
 async fn start() -> Cluster {
     Cluster::start_with_set_controllers(Setup::for_sets(), support::set_config()).await
@@ -79,96 +75,6 @@ async fn running(cluster: &Cluster, replicas: i32) -> BTreeMap<String, String> {
 
 fn has_label(node: &Node, key: &str) -> bool {
     node.label(key).is_some()
-}
-
-/// The machine side of the protocol, played through it only: on a node labelled `selected-for-update`, the machine
-/// goes `InPlaceUpdating` (the drain done, the condition `ReadyForUpdate`), then the node agent reports
-/// `update-result=successful` and the machine controller the condition `UpdateSuccessful` and the phase
-/// `InPlaceUpdateSuccessful`; the machine controller then sees the node healthy and the machine Running again.
-fn machine_side(cluster: &Cluster) -> JoinHandle<()> {
-    let nodes = cluster.nodes();
-    let machines = cluster.machines();
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(STEP).await;
-            let Ok(list) = machines.list(&ListParams::default()).await else {
-                continue;
-            };
-            for machine in list.items {
-                if machine.phase() == Some(MachinePhase::InPlaceUpdateSuccessful) {
-                    let _ = machines
-                        .patch_status(
-                            &machine.name_any(),
-                            &PatchParams::default(),
-                            &Patch::Merge(json!({ "status": { "currentStatus": { "phase": "Running" } } })),
-                        )
-                        .await;
-                }
-            }
-            let Ok(list) = nodes.list(&ListParams::default()).await else {
-                continue;
-            };
-            for node in list.items {
-                if !has_label(&node, labels::SELECTED_FOR_UPDATE) || has_label(&node, labels::UPDATE_RESULT) {
-                    continue;
-                }
-                let Some(machine) = node.label(labels::NODE_MACHINE_NAME).map(str::to_owned) else {
-                    continue;
-                };
-                let reason = mcm_core::rollout::in_place::in_place_condition_reason(&node).map(str::to_owned);
-                let (phase, next) = if reason.as_deref() == Some(in_place_update::READY_FOR_UPDATE) {
-                    ("InPlaceUpdateSuccessful", in_place_update::UPDATE_SUCCESSFUL)
-                } else {
-                    ("InPlaceUpdating", in_place_update::READY_FOR_UPDATE)
-                };
-                let mut conditions: Vec<_> = node
-                    .status
-                    .clone()
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .filter(|c| c.type_ != node_conditions::IN_PLACE_UPDATE)
-                    .collect();
-                conditions.push(k8s_openapi::api::core::v1::NodeCondition {
-                    type_: node_conditions::IN_PLACE_UPDATE.into(),
-                    status: "True".into(),
-                    reason: Some(next.into()),
-                    ..Default::default()
-                });
-                let name = node.name_any();
-                let written = nodes
-                    .patch_status(
-                        &name,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({
-                            "metadata": { "resourceVersion": node.resource_version() },
-                            "status": { "conditions": conditions },
-                        })),
-                    )
-                    .await;
-                if written.is_err() {
-                    continue;
-                }
-                let _ = machines
-                    .patch_status(
-                        &machine,
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({ "status": { "currentStatus": { "phase": phase } } })),
-                    )
-                    .await;
-                if next == in_place_update::UPDATE_SUCCESSFUL {
-                    let _ = nodes
-                        .patch(
-                            &name,
-                            &PatchParams::default(),
-                            &Patch::Merge(json!({ "metadata": { "labels": {
-                                labels::UPDATE_RESULT: in_place_update::RESULT_SUCCESSFUL } } })),
-                        )
-                        .await;
-                }
-            }
-        }
-    })
 }
 
 /// The most nodes seen under update at once (selected and without a result yet), over every version the watch saw.
@@ -279,7 +185,7 @@ async fn state(cluster: &Cluster) -> String {
                 n.name_any(),
                 n.labels(),
                 n.spec.as_ref().and_then(|s| s.unschedulable),
-                mcm_core::rollout::in_place::in_place_condition_reason(n)
+                mcm_core::in_place_update::reason_of(n)
             )
         })
         .collect();
@@ -327,11 +233,9 @@ async fn auto_updates_every_machine_in_place_keeping_its_vm_within_max_unavailab
     let machine_history = History::start(cluster.machines()).await;
     let node_history = History::start(cluster.nodes()).await;
     let set_history = History::start(cluster.sets()).await;
-    let stand_in = machine_side(&cluster);
 
     change_class(&cluster).await;
     let (new_set, old_set) = rolled_out_in_place(&cluster, 3, &old).await;
-    stand_in.abort();
 
     let (names, deleted) = machine_names(&machine_history);
     assert_eq!(
@@ -363,6 +267,20 @@ async fn auto_updates_every_machine_in_place_keeping_its_vm_within_max_unavailab
             "the machine keeps the deployment's labels"
         );
     }
+    let vms = cluster.driver.vms();
+    assert_eq!(vms.len(), 3, "one VM per machine, none added");
+    assert!(
+        vms.iter().all(|vm| vm.class_name == "medium"),
+        "every VM updated to the new class: {:?}",
+        vms.iter().map(|vm| &vm.class_name).collect::<Vec<_>>()
+    );
+    let nodes = cluster.nodes().list(&ListParams::default()).await.unwrap().items;
+    assert!(
+        nodes
+            .iter()
+            .all(|n| n.label(INSTANCE_TYPE_LABEL) == Some("medium")),
+        "every node reports the new size"
+    );
     assert_eq!(most_under_update(&node_history), 1, "one node at a time");
     assert_eq!(old_set.label(labels::SCALE_UP_DISABLED), Some("true"));
     // The old set was labelled before it lost its first machine.
@@ -394,7 +312,6 @@ async fn manual_selects_nothing_until_the_user_labels_a_node() {
     let before = running(&cluster, 2).await;
     let old = only_set(&cluster).await.name_any();
     let machine_history = History::start(cluster.machines()).await;
-    let stand_in = machine_side(&cluster);
     change_class(&cluster).await;
 
     // Every node becomes a candidate; the new set starts empty.
@@ -433,7 +350,6 @@ async fn manual_selects_nothing_until_the_user_labels_a_node() {
             .unwrap();
     }
     rolled_out_in_place(&cluster, 2, &old).await;
-    stand_in.abort();
     let (names, deleted) = machine_names(&machine_history);
     assert_eq!(
         names,
@@ -459,7 +375,6 @@ async fn a_machine_deleted_from_an_old_set_is_replaced_by_the_new_set_only() {
     let old_hash = old.label(labels::MACHINE_TEMPLATE_HASH).unwrap().to_owned();
     let machine_history = History::start(cluster.machines()).await;
     let set_history = History::start(cluster.sets()).await;
-    let stand_in = machine_side(&cluster);
     change_class(&cluster).await;
     wait_within(DEADLINE, "the old set labelled scale-up-disabled", async || {
         let set = cluster.sets().get(&old.name_any()).await.ok()?;
@@ -488,7 +403,6 @@ async fn a_machine_deleted_from_an_old_set_is_replaced_by_the_new_set_only() {
         .await
         .unwrap();
     let (new_set, _) = rolled_out_in_place(&cluster, 2, &old.name_any()).await;
-    stand_in.abort();
 
     let created: Vec<Machine> = machine_history
         .versions()
