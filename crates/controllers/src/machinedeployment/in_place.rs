@@ -360,7 +360,7 @@ pub(super) fn deployment_of_node(
     ]
     .iter()
     .any(|k| node.label(k).is_some())
-        || in_place::in_place_condition_reason(node).is_some();
+        || mcm_core::in_place_update::reason_of(node).is_some();
     if !in_update {
         return None;
     }

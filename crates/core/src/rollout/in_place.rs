@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use mcm_api::{
     Machine, MachinePhase, MetaExt, StrategyType,
-    keys::{annotations, in_place_update, labels, node_conditions, taints},
+    keys::{annotations, in_place_update, labels, taints},
 };
 use serde_json::{Map, Value, json};
 
@@ -101,7 +101,7 @@ impl NodeView {
     pub fn of(node: &Node) -> Self {
         Self {
             labels: node.metadata.labels.clone().unwrap_or_default(),
-            in_place_reason: in_place_condition_reason(node).map(str::to_owned),
+            in_place_reason: crate::in_place_update::reason_of(node).map(str::to_owned),
         }
     }
 
@@ -116,17 +116,6 @@ impl NodeView {
             && self.labels.get(labels::UPDATE_RESULT).map(String::as_str)
                 == Some(in_place_update::RESULT_SUCCESSFUL)
     }
-}
-
-/// The reason of the node's `InPlaceUpdate` condition.
-pub fn in_place_condition_reason(node: &Node) -> Option<&str> {
-    node.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == node_conditions::IN_PLACE_UPDATE)
-        .and_then(|c| c.reason.as_deref())
 }
 
 /// What [`decide`] looks at.
