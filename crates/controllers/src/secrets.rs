@@ -22,6 +22,20 @@ use kube::{
 };
 use mcm_api::MachineClass;
 
+/// The secret a class's provider gets: the data of `secrets` merged in order, a later key winning. Given the Secrets
+/// of [`mcm_core::validity::secret_references`] in that order, the `credentialsSecretRef` data lies on top of the
+/// `secretRef` data, as in the reference.
+pub fn merged(secrets: impl IntoIterator<Item = Secret>) -> Secret {
+    let mut data = BTreeMap::new();
+    for secret in secrets {
+        data.extend(secret.data.unwrap_or_default());
+    }
+    Secret {
+        data: Some(data),
+        ..Secret::default()
+    }
+}
+
 /// Why a stored Secret cannot be read as a Secret. Names keys, never values.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SecretDecodeError {

@@ -194,26 +194,36 @@ pub fn missing_secrets(
     default_namespace: &str,
     exists: impl Fn(&str, &str) -> bool,
 ) -> Vec<MissingSecret> {
-    SecretField::ALL
-        .into_iter()
-        .filter_map(|field| {
-            let reference = match field {
-                SecretField::SecretRef => class.secret_ref.as_ref(),
-                SecretField::CredentialsSecretRef => class.credentials_secret_ref.as_ref(),
-            }?;
-            let name = reference.name.as_deref().filter(|n| !n.is_empty())?;
-            let namespace = reference
-                .namespace
-                .as_deref()
-                .filter(|n| !n.is_empty())
-                .unwrap_or(default_namespace);
-            (!exists(namespace, name)).then(|| MissingSecret {
-                field,
-                name: name.to_owned(),
-                namespace: namespace.to_owned(),
-            })
+    secret_references(class, default_namespace)
+        .filter(|(_, namespace, name)| !exists(namespace, name))
+        .map(|(field, namespace, name)| MissingSecret {
+            field,
+            name: name.to_owned(),
+            namespace: namespace.to_owned(),
         })
         .collect()
+}
+
+/// The Secrets a class refers to, as `(field, namespace, name)` in field order: `secretRef`, then
+/// `credentialsSecretRef`, whose keys win when the two are merged into the secret a provider gets. A reference
+/// without a name is left out (validation reports it); one without a namespace means `default_namespace`.
+pub fn secret_references<'a>(
+    class: &'a MachineClass,
+    default_namespace: &'a str,
+) -> impl Iterator<Item = (SecretField, &'a str, &'a str)> + 'a {
+    SecretField::ALL.into_iter().filter_map(move |field| {
+        let reference = match field {
+            SecretField::SecretRef => class.secret_ref.as_ref(),
+            SecretField::CredentialsSecretRef => class.credentials_secret_ref.as_ref(),
+        }?;
+        let name = reference.name.as_deref().filter(|n| !n.is_empty())?;
+        let namespace = reference
+            .namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .unwrap_or(default_namespace);
+        Some((field, namespace, name))
+    })
 }
 
 #[cfg(test)]
