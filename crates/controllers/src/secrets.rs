@@ -227,6 +227,38 @@ mod tests {
     }
 
     #[test]
+    fn the_merged_secret_has_the_later_secrets_keys_on_top() {
+        let secret = |pairs: &[(&str, &str)]| Secret {
+            data: Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), k8s_openapi::ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        };
+        let user_data = secret(&[("userData", "boot"), ("region", "eu")]);
+        let credentials = secret(&[("region", "us"), ("accessKeyID", "AKIA")]);
+        let merged = merged([user_data, credentials, Secret::default()]);
+        let text: BTreeMap<&str, &[u8]> = merged
+            .data
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.0.as_slice()))
+            .collect();
+        assert_eq!(
+            text,
+            BTreeMap::from([
+                ("accessKeyID", b"AKIA".as_slice()),
+                ("region", b"us".as_slice()),
+                ("userData", b"boot".as_slice())
+            ])
+        );
+        assert_eq!(merged.metadata.name, None, "the merge is no stored Secret");
+    }
+
+    #[test]
     fn a_good_secret_decodes() {
         let secret = decode(&object(serde_json::json!({"userData": "IyEvYmluL2Jhc2g="}))).unwrap();
         assert_eq!(secret.data.unwrap()["userData"].0, b"#!/bin/bash");

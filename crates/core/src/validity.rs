@@ -309,6 +309,29 @@ mod tests {
     }
 
     #[test]
+    fn secret_references_come_in_merge_order_with_the_namespace_defaulted() {
+        let class: MachineClass = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "c" },
+            "providerSpec": {},
+            "secretRef": { "name": "boot", "namespace": "" },
+            "credentialsSecretRef": { "name": "creds", "namespace": "infra" }
+        }))
+        .unwrap();
+        assert_eq!(
+            secret_references(&class, "default").collect::<Vec<_>>(),
+            [
+                (SecretField::SecretRef, "default", "boot"),
+                (SecretField::CredentialsSecretRef, "infra", "creds")
+            ]
+        );
+        let nameless: MachineClass = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "c" }, "providerSpec": {}, "secretRef": { "namespace": "infra" }
+        }))
+        .unwrap();
+        assert_eq!(secret_references(&nameless, "default").count(), 0);
+    }
+
+    #[test]
     fn one_warning_per_message() {
         assert!(should_warn(None, None, "a"));
         assert!(!should_warn(Some("a"), None, "a"));
