@@ -213,6 +213,8 @@ pub fn watch(
 
 #[cfg(test)]
 mod tests {
+    use mcm_api::builders::MachineClassBuilder;
+
     use super::*;
 
     #[allow(clippy::needless_pass_by_value)] // json! values read best inline
@@ -279,13 +281,7 @@ mod tests {
         let cached = admit(bad, &undecodable);
         assert!(cached.data.is_none(), "no value is kept");
         assert_eq!(cached.metadata.name.as_deref(), Some("aws"));
-        let class = MachineClass {
-            secret_ref: Some(k8s_openapi::api::core::v1::SecretReference {
-                name: Some("aws".into()),
-                namespace: Some("ns".into()),
-            }),
-            ..MachineClass::default()
-        };
+        let class = MachineClassBuilder::new("aws").secret_ref("aws", "ns").build();
         let problem = undecodable.problem_of(&class, "other").unwrap();
         assert_eq!(
             problem,
