@@ -473,10 +473,7 @@ async fn deleting_a_node_deletes_its_lease_in_kube_node_lease() {
     create(&leases, &lease).await;
     let other_node = create(
         &nodes,
-        &Node {
-            metadata: meta("n2", &[]),
-            ..Node::default()
-        },
+        &NodeBuilder::new("n2").build(),
     )
     .await;
     let other = Lease {
