@@ -244,10 +244,7 @@ async fn a_silent_node_turns_unknown_and_ready_again_when_heartbeats_resume() {
         ] } })
     };
     nodes
-        .create(
-            &PostParams::default(),
-            &NodeBuilder::new("n1").build(),
-        )
+        .create(&PostParams::default(), &NodeBuilder::new("n1").build())
         .await
         .unwrap();
     nodes

@@ -14,8 +14,8 @@ use kube::{
     api::{ListParams, Patch, PatchParams, PostParams},
 };
 use mcm_api::{
-    ConditionStatus, Machine, MachineDeployment, MachineDeploymentConditionType, MachinePhase,
-    MachineSet, keys,
+    ConditionStatus, Machine, MachineDeployment, MachineDeploymentConditionType, MachinePhase, MachineSet,
+    keys,
 };
 use mcm_controllers::machinedeployment;
 use mcm_driver::{DriverMethod, MachineCode};

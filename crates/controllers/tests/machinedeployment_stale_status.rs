@@ -5,11 +5,11 @@ mod support;
 
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{
     Api, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
 };
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use mcm_api::{
     Machine, MachineDeployment, MachineSet,
     builders::{MachineBuilder, MachineDeploymentBuilder},
@@ -57,9 +57,19 @@ async fn a_set_whose_status_lags_counts_its_cached_machines_toward_the_surge() {
 
     // The old set's machines, as its controller would have made them; the set's status is never written.
     for i in 0..4 {
-        let template_labels = old.spec.template.metadata.as_ref().and_then(|m| m.labels.as_ref());
+        let template_labels = old
+            .spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.as_ref());
         let machine = MachineBuilder::new(&format!("old-{i}"))
-            .labels(template_labels.into_iter().flatten().map(|(k, v)| (k.as_str(), v.as_str())))
+            .labels(
+                template_labels
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            )
             .owned_by(&old)
             .class("small")
             .build();

@@ -7,11 +7,11 @@ mod support;
 
 use std::{net::SocketAddr, sync::Arc};
 
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{
     Api,
     api::{DeleteParams, ListParams, PostParams},
 };
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use mcm_api::{MachineDeployment, builders::MachineDeploymentBuilder};
 use mcm_controllers::{machinedeployment, metrics::Metrics};
 use support::{CLASS, Cluster, NAMESPACE, http_get, settings};

@@ -5,11 +5,11 @@
 
 mod support;
 
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{
     Api,
     api::{ListParams, Patch, PatchParams, PostParams},
 };
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use mcm_api::{
     ConditionStatus, MachineDeployment, MachineDeploymentConditionType, MachinePhase,
     builders::MachineDeploymentBuilder,

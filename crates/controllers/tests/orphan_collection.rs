@@ -19,12 +19,9 @@ use std::{
 };
 
 use async_trait::async_trait;
-use k8s_openapi::api::core::v1::{Event, Node, Secret};
 use k8s_openapi::Resource as _;
-use kube::{
-    Api, Client, ResourceExt,
-    api::PostParams,
-};
+use k8s_openapi::api::core::v1::{Event, Node, Secret};
+use kube::{Api, Client, ResourceExt, api::PostParams};
 use mcm_api::{
     Machine, MachineClass, MachinePhase,
     builders::{MachineBuilder, MachineClassBuilder, NodeBuilder},

@@ -2,8 +2,8 @@
 
 use k8s_openapi::{
     api::core::v1::{
-        AttachedVolume, Container, Node, NodeCondition, NodeSpec, NodeStatus, PersistentVolumeClaimVolumeSource,
-        Pod, PodCondition, PodSpec, PodStatus, Taint, Volume,
+        AttachedVolume, Container, Node, NodeCondition, NodeSpec, NodeStatus,
+        PersistentVolumeClaimVolumeSource, Pod, PodCondition, PodSpec, PodStatus, Taint, Volume,
     },
     apimachinery::pkg::apis::meta::v1::Time,
     jiff::Timestamp,

@@ -30,13 +30,17 @@ fn machine_info_and_conditions_are_read_from_the_cache() {
             .provider_id("sim://pool/1")
             .phase(MachinePhase::Running)
             .conditions(
-                [("Ready", "True"), ("DiskPressure", "False"), ("NetworkUnavailable", "Unknown")]
-                    .map(|(type_, status)| NodeCondition {
-                        type_: type_.to_owned(),
-                        status: status.to_owned(),
-                        ..NodeCondition::default()
-                    })
-                    .to_vec(),
+                [
+                    ("Ready", "True"),
+                    ("DiskPressure", "False"),
+                    ("NetworkUnavailable", "Unknown"),
+                ]
+                .map(|(type_, status)| NodeCondition {
+                    type_: type_.to_owned(),
+                    status: status.to_owned(),
+                    ..NodeCondition::default()
+                })
+                .to_vec(),
             )
             .build(),
         machine("m2").class("small").build(),

@@ -52,8 +52,12 @@ fn mirror_daemonset_and_skip_pods_are_left_alone() {
 
 #[test]
 fn wait_completed_and_terminating_pods_are_waited_for_not_evicted() {
-    let job = bound("job").label(extensions::DRAIN_LABEL, "wait-completed").build();
-    let mut done = bound("done").label(extensions::DRAIN_LABEL, "wait-completed").build();
+    let job = bound("job")
+        .label(extensions::DRAIN_LABEL, "wait-completed")
+        .build();
+    let mut done = bound("done")
+        .label(extensions::DRAIN_LABEL, "wait-completed")
+        .build();
     done.status = Some(PodStatus {
         phase: Some("Succeeded".into()),
         ..PodStatus::default()

@@ -44,7 +44,9 @@ fn shared_volumes_are_not_tracked() {
 fn node_with_volumes(names: &[&str]) -> Node {
     names
         .iter()
-        .fold(NodeBuilder::new("node-1"), |node, name| node.attached_volume(name))
+        .fold(NodeBuilder::new("node-1"), |node, name| {
+            node.attached_volume(name)
+        })
         .build()
 }
 
