@@ -13,12 +13,11 @@ use std::{
 };
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::{
     Api, Client,
     api::{Patch, PatchParams, PostParams, WatchEvent, WatchParams},
 };
-use mcm_api::{ClassSpec, Machine, MachineSpec};
+use mcm_api::{Machine, builders::MachineBuilder};
 
 struct Options {
     objects: usize,
@@ -57,21 +56,7 @@ fn options() -> Result<Options, String> {
 }
 
 fn machine(name: &str) -> Machine {
-    Machine {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            ..ObjectMeta::default()
-        },
-        spec: MachineSpec {
-            class: ClassSpec {
-                kind: "MachineClass".into(),
-                name: "bench".into(),
-                ..ClassSpec::default()
-            },
-            ..MachineSpec::default()
-        },
-        status: None,
-    }
+    MachineBuilder::new(name).class("bench").build()
 }
 
 /// Runs `total` operations with `concurrency` workers and returns operations per second.

@@ -322,13 +322,18 @@ pub fn evict(
 
 #[cfg(test)]
 mod tests {
+    use mcm_api::builders::PodBuilder;
+
     use super::*;
 
+    /// The stored pod `ns/<name>` labelled app=web, Ready or not.
     fn pod(name: &str, ready: bool) -> Arc<Value> {
-        Arc::new(json!({
-            "metadata": { "name": name, "namespace": "ns", "labels": { "app": "web" } },
-            "status": { "conditions": [{ "type": "Ready", "status": if ready { "True" } else { "False" } }] }
-        }))
+        let pod = PodBuilder::new(name)
+            .namespace("ns")
+            .label("app", "web")
+            .condition("Ready", if ready { "True" } else { "False" })
+            .build();
+        Arc::new(serde_json::to_value(pod).unwrap())
     }
 
     fn pdb(spec: &Value) -> Value {

@@ -126,16 +126,20 @@ pub fn monitor(store: &Store, now: jiff::Timestamp, grace: Duration) {
 
 #[cfg(test)]
 mod tests {
+    use mcm_api::builders::NodeBuilder;
+
     use super::*;
 
+    /// The stored node `n1`, created an hour before noon, whose kubelet last posted Ready and MemoryPressure at
+    /// `heartbeat`.
     fn node(heartbeat: &str) -> Value {
-        json!({
-            "metadata": { "name": "n1", "creationTimestamp": "2026-11-22T11:00:00Z" },
-            "status": { "conditions": [
-                { "type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": heartbeat },
-                { "type": "MemoryPressure", "status": "False", "lastHeartbeatTime": heartbeat }
-            ] }
-        })
+        let heartbeat: jiff::Timestamp = heartbeat.parse().unwrap();
+        let node = NodeBuilder::new("n1")
+            .created_at("2026-11-22T11:00:00Z".parse().unwrap())
+            .heartbeat("Ready", "True", "KubeletReady", heartbeat)
+            .heartbeat("MemoryPressure", "False", "KubeletHasSufficientMemory", heartbeat)
+            .build();
+        serde_json::to_value(node).unwrap()
     }
 
     const GRACE: Duration = Duration::from_secs(40);

@@ -115,11 +115,22 @@ pub fn expire(store: &Store, now: jiff::Timestamp, node_monitor_grace: Duration)
 
 #[cfg(test)]
 mod tests {
+    use mcm_api::builders::PodBuilder;
+
     use super::*;
 
+    /// The stored pod `ns/p` with a grace period of 20 s, bound to `node` when given, in `phase`.
     fn pod(node: Option<&str>, phase: &str) -> Value {
-        json!({ "metadata": { "name": "p", "namespace": "ns", "generation": 1 },
-                "spec": { "nodeName": node, "terminationGracePeriodSeconds": 20 }, "status": { "phase": phase } })
+        let pod = PodBuilder::new("p")
+            .namespace("ns")
+            .generation(1)
+            .grace_period(20)
+            .phase(phase);
+        let pod = match node {
+            Some(node) => pod.node(node),
+            None => pod,
+        };
+        serde_json::to_value(pod.build()).unwrap()
     }
 
     #[test]

@@ -16,7 +16,10 @@ use kube::{
     Api,
     api::{DeleteParams, EvictParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams},
 };
-use mcm_api::Machine;
+use mcm_api::{
+    Machine,
+    builders::{NodeBuilder, PodBuilder},
+};
 use mcm_apiserver::hooks::Failure;
 use serde_json::json;
 use support::{TestServer, eventually, expect_status, machine, within};
@@ -28,11 +31,12 @@ fn timestamp(at: jiff::Timestamp) -> String {
 /// Creates a pod bound to `node`, labelled app=web, with a grace period of `grace` seconds, and makes it Ready
 /// (pods start Pending: the status is written through the status subresource, as a kubelet would).
 async fn ready_pod(pods: &Api<Pod>, name: &str, node: &str, grace: i64) -> Pod {
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": { "name": name, "labels": { "app": "web" } },
-        "spec": { "nodeName": node, "terminationGracePeriodSeconds": grace, "containers": [{ "name": "c", "image": "busybox" }] }
-    }))
-    .unwrap();
+    let pod = PodBuilder::new(name)
+        .label("app", "web")
+        .node(node)
+        .grace_period(grace)
+        .container("c", "busybox")
+        .build();
     pods.create(&PostParams::default(), &pod).await.unwrap();
     let status =
         json!({ "status": { "phase": "Running", "conditions": [{ "type": "Ready", "status": "True" }] } });
@@ -175,10 +179,7 @@ async fn a_bound_pod_is_removed_when_its_grace_period_expires() {
     })
     .await;
 
-    let unbound: Pod = serde_json::from_value(json!({
-        "metadata": { "name": "p2" }, "spec": { "containers": [{ "name": "c", "image": "busybox" }] }
-    }))
-    .unwrap();
+    let unbound = PodBuilder::new("p2").container("c", "busybox").build();
     pods.create(&PostParams::default(), &unbound).await.unwrap();
     pods.delete("p2", &DeleteParams::default()).await.unwrap();
     assert!(pods.get_opt("p2").await.unwrap().is_none());
@@ -191,10 +192,9 @@ async fn a_live_node_agent_that_terminates_pods_keeps_them_until_it_deletes_them
     let t = TestServer::start_with(fast_control_loops).await;
     let nodes: Api<Node> = Api::all(t.client.clone());
     let leases: Api<Lease> = Api::namespaced(t.client.clone(), "kube-node-lease");
-    let node = serde_json::from_value(json!({
-        "metadata": { "name": "n1", "annotations": { "node.machine.sapcloud.io/agent-terminates-pods": "true" } }
-    }))
-    .unwrap();
+    let node = NodeBuilder::new("n1")
+        .annotation("node.machine.sapcloud.io/agent-terminates-pods", "true")
+        .build();
     nodes.create(&PostParams::default(), &node).await.unwrap();
     let lease = serde_json::from_value(json!({
         "metadata": { "name": "n1" }, "spec": { "holderIdentity": "n1", "renewTime": timestamp(jiff::Timestamp::now()) }
@@ -244,10 +244,7 @@ async fn a_silent_node_turns_unknown_and_ready_again_when_heartbeats_resume() {
         ] } })
     };
     nodes
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({ "metadata": { "name": "n1" } })).unwrap(),
-        )
+        .create(&PostParams::default(), &NodeBuilder::new("n1").build())
         .await
         .unwrap();
     nodes

@@ -9,15 +9,14 @@ use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::{
     ByteString,
     api::core::v1::{Node, NodeSpec, Secret},
-    apimachinery::pkg::apis::meta::v1::LabelSelector,
 };
 use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, WatchEvent, WatchParams},
 };
 use mcm_api::{
-    CurrentStatus, Machine, MachineClass, MachinePhase, MachineSet, MachineSetSpec, MachineStatus,
-    MachineTemplateSpec,
+    CurrentStatus, Machine, MachineClass, MachinePhase, MachineSet, MachineStatus,
+    builders::{MachineSetBuilder, NodeBuilder},
 };
 use mcm_apiserver::registry::Registry;
 use pretty_assertions::assert_eq;
@@ -547,26 +546,11 @@ async fn secret_string_data_is_merged_into_data_and_not_stored() {
 async fn scale_subresource_reads_and_writes_spec_replicas() {
     let t = TestServer::start().await;
     let sets: Api<MachineSet> = t.api();
-    let template_labels = labels(&[("set", "s1")]);
-    let set = MachineSet {
-        metadata: meta("s1", &[]),
-        spec: MachineSetSpec {
-            replicas: 2,
-            selector: Some(LabelSelector {
-                match_labels: Some(template_labels.clone()),
-                ..LabelSelector::default()
-            }),
-            template: MachineTemplateSpec {
-                metadata: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                    labels: Some(template_labels),
-                    ..Default::default()
-                }),
-                spec: machine("x", &[]).spec,
-            },
-            ..MachineSetSpec::default()
-        },
-        status: None,
-    };
+    let set = MachineSetBuilder::new("s1")
+        .replicas(2)
+        .matching([("set", "s1")])
+        .class("small")
+        .build();
     sets.create(&PostParams::default(), &set).await.unwrap();
 
     let initial = sets.get_scale("s1").await.unwrap();
@@ -757,11 +741,10 @@ async fn apply_patch_is_415_and_strategic_merge_patch_only_works_on_built_ins() 
     nodes
         .create(
             &PostParams::default(),
-            &Node {
-                metadata: meta("n1", &[("zone", "a")]),
-                spec: Some(NodeSpec::default()),
-                ..Node::default()
-            },
+            &NodeBuilder::new("n1")
+                .label("zone", "a")
+                .spec(NodeSpec::default())
+                .build(),
         )
         .await
         .unwrap();

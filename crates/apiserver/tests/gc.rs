@@ -471,14 +471,7 @@ async fn deleting_a_node_deletes_its_lease_in_kube_node_lease() {
         }),
     };
     create(&leases, &lease).await;
-    let other_node = create(
-        &nodes,
-        &Node {
-            metadata: meta("n2", &[]),
-            ..Node::default()
-        },
-    )
-    .await;
+    let other_node = create(&nodes, &NodeBuilder::new("n2").build()).await;
     let other = Lease {
         metadata: with_owners(meta("n2", &[]), vec![owned_by(&other_node)]),
         ..lease.clone()

@@ -4,7 +4,7 @@ mod support;
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{Container, Namespace, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::{
     Api, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
@@ -62,13 +62,7 @@ async fn label_selectors_select_exactly_the_matching_objects() {
 
 /// A pod of one container, scheduled on `node` if given.
 fn pod(name: &str, node: Option<&str>) -> Pod {
-    let pod = PodBuilder::new(name).with(|pod| {
-        pod.spec.get_or_insert_default().containers = vec![Container {
-            name: "main".into(),
-            image: Some("busybox".into()),
-            ..Container::default()
-        }];
-    });
+    let pod = PodBuilder::new(name).container("main", "busybox");
     match node {
         Some(node) => pod.node(node),
         None => pod,

@@ -27,6 +27,7 @@ use std::{
 };
 
 use deploy::{CONTROLLER, Manifests, PROVIDER, Permission, Request};
+use mcm_api::builders::PodBuilder;
 use support::{Background, Server, address_of, arg, get};
 
 /// The provider's user (its simulated kubelets write the target cluster); not the controllers'.
@@ -723,24 +724,19 @@ fn volume_json(name: &str) -> [String; 2] {
     .map(|object| object.to_string())
 }
 
-/// A pod in [`APPS`] bound to `node`, with the claim when given.
-fn pod_json(name: &str, node: &str, claim: Option<&str>, grace: u32) -> String {
-    let volumes: Vec<serde_json::Value> = claim
-        .map(|c| serde_json::json!({ "name": "data", "persistentVolumeClaim": { "claimName": c } }))
-        .into_iter()
-        .collect();
-    serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": { "name": name, "namespace": APPS, "labels": { "app": name } },
-        "spec": {
-            "nodeName": node,
-            "terminationGracePeriodSeconds": grace,
-            "containers": [{ "name": "c", "image": "busybox" }],
-            "volumes": volumes,
-        },
-    })
-    .to_string()
+/// A pod in [`APPS`] labelled `app=<name>`, of one container, bound to `node`, with the claim when given.
+fn pod_json(name: &str, node: &str, claim: Option<&str>, grace: i64) -> String {
+    let pod = PodBuilder::new(name)
+        .namespace(APPS)
+        .label("app", name)
+        .node(node)
+        .grace_period(grace)
+        .container("c", "busybox");
+    let pod = match claim {
+        Some(claim) => pod.claim(claim),
+        None => pod,
+    };
+    serde_json::to_string(&pod.build()).expect("a pod serializes")
 }
 
 /// A `SimMachineClass` (the sim provider's old provider-specific kind) with the example's providerSpec and secret.

@@ -24,6 +24,7 @@ use kube::{
     api::{Patch, PatchParams, PostParams},
     config::{KubeConfigOptions, Kubeconfig},
 };
+use mcm_api::builders::NodeBuilder;
 use mcm_provider_aws::testing::{Moto, all_texts};
 use support::{Background, Server, mcm_run_command};
 
@@ -95,11 +96,10 @@ async fn kubelet(moto: Arc<Moto>, client: Client, stop: Arc<AtomicBool>) {
                 continue;
             }
             if matches!(nodes.get_opt(&dns).await, Ok(None)) {
-                let node: Node = serde_json::from_value(serde_json::json!({
-                    "metadata": {"name": dns, "labels": {"kubernetes.io/hostname": dns}},
-                    "spec": {"providerID": format!("aws:///eu-west-1/{id}")}
-                }))
-                .unwrap();
+                let node = NodeBuilder::new(&dns)
+                    .label("kubernetes.io/hostname", &dns)
+                    .provider_id(&format!("aws:///eu-west-1/{id}"))
+                    .build();
                 let _ = nodes.create(&PostParams::default(), &node).await;
             }
             let now = k8s_openapi::jiff::Timestamp::now()

@@ -88,6 +88,68 @@ impl Up {
             .collect()
     }
 
+    /// `kubectl get <object> -o jsonpath=<path>`: one field of one object (`object` as `kind name` or `kind/name`).
+    fn jsonpath(&self, object: &[&str], path: &str) -> String {
+        let jsonpath = format!("jsonpath={path}");
+        let mut args = vec!["get"];
+        args.extend_from_slice(object);
+        args.extend(["-o", &jsonpath]);
+        self.kubectl_ok(&args)
+    }
+
+    /// Applies the local example manifests `files` in order, as a user following the README does.
+    fn apply_examples(&self, files: &[&str]) {
+        for file in files {
+            self.kubectl_ok(&["apply", "-f", arg(&example(file))]);
+        }
+    }
+
+    /// Writes and applies a Secret `<prefix>-boot` whose userData is `user_data`, a local MachineClass
+    /// `<prefix>-class` using it and a Machine `<prefix>-machine` of that class.
+    fn apply_one_machine(&self, prefix: &str, user_data: &str) {
+        let user_data: String = user_data.lines().flat_map(|line| ["    ", line, "\n"]).collect();
+        let manifest = self.dir.join(format!("{prefix}.yaml"));
+        std::fs::write(
+            &manifest,
+            format!(
+                r#"apiVersion: v1
+kind: Secret
+metadata: {{ name: {prefix}-boot, namespace: default }}
+stringData:
+  userData: |
+{user_data}---
+apiVersion: machine.sapcloud.io/v1alpha1
+kind: MachineClass
+metadata: {{ name: {prefix}-class, namespace: default }}
+provider: local
+providerSpec: {{ vmPool: pool, size: small, tags: {{ kubernetes.io/cluster/demo: "1" }} }}
+secretRef: {{ name: {prefix}-boot, namespace: default }}
+---
+apiVersion: machine.sapcloud.io/v1alpha1
+kind: Machine
+metadata: {{ name: {prefix}-machine, namespace: default }}
+spec: {{ class: {{ kind: MachineClass, name: {prefix}-class }} }}
+"#
+            ),
+        )
+        .expect("the manifest");
+        self.kubectl_ok(&["apply", "-f", arg(&manifest)]);
+    }
+
+    /// Waits until exactly `count` machines are Running with as many Ready nodes.
+    fn wait_running(&self, what: &str, count: usize) {
+        poll(what, SLOW, || {
+            (all_running(self, count) && ready_nodes(self) == count).then_some(())
+        });
+    }
+
+    /// The node a machine names (its `node` label); asserts that it names one.
+    fn node_of(&self, machine: &str) -> String {
+        let node = self.jsonpath(&["machine", machine], "{.metadata.labels.node}");
+        assert!(!node.is_empty(), "the machine names its node");
+        node
+    }
+
     fn machine_dir(&self, name: &str) -> PathBuf {
         self.dir.join("machines/default").join(name)
     }
@@ -168,26 +230,16 @@ fn ready_nodes(up: &Up) -> usize {
 #[allow(clippy::too_many_lines)] // one story, told in order: run, roll, kill, resume, delete, purge
 fn the_examples_run_roll_replace_a_killed_machine_resume_and_leave_nothing_behind() {
     let mut up = Up::start("examples", &["--machine-health-timeout", "5s"]);
-    for file in [
+    up.apply_examples(&[
         "00-secret.yaml",
         "01-machine-class.yaml",
         "02-machine-class-medium.yaml",
         "10-machine.yaml",
         "20-machine-set.yaml",
         "30-machine-deployment.yaml",
-    ] {
-        up.kubectl_ok(&["apply", "-f", arg(&example(file))]);
-    }
-    poll("six Running machines with Ready nodes", SLOW, || {
-        (all_running(&up, 6) && ready_nodes(&up) == 6).then_some(())
-    });
-    let capacity = up.kubectl_ok(&[
-        "get",
-        "node",
-        "single-machine",
-        "-o",
-        "jsonpath={.status.capacity.cpu}",
     ]);
+    up.wait_running("six Running machines with Ready nodes", 6);
+    let capacity = up.jsonpath(&["node", "single-machine"], "{.status.capacity.cpu}");
     assert_eq!(capacity, "2", "local-small nodes report 2 CPUs");
 
     // Rolling the deployment to local-medium.
@@ -227,13 +279,10 @@ fn the_examples_run_roll_replace_a_killed_machine_resume_and_leave_nothing_behin
         .expect("kill runs");
     assert!(killed.success());
     poll("the killed machine's node to turn Unknown", SLOW, || {
-        let status = up.kubectl_ok(&[
-            "get",
-            "node",
-            &victim,
-            "-o",
-            r#"jsonpath={.status.conditions[?(@.type=="Ready")].status}"#,
-        ]);
+        let status = up.jsonpath(
+            &["node", &victim],
+            r#"{.status.conditions[?(@.type=="Ready")].status}"#,
+        );
         (status == "Unknown").then_some(())
     });
     poll("the killed machine replaced", SLOW, || {
@@ -280,33 +329,7 @@ fn the_examples_run_roll_replace_a_killed_machine_resume_and_leave_nothing_behin
 #[test]
 fn a_failing_user_data_leaves_the_machine_pending_then_failed() {
     let mut up = Up::start("failing", &["--machine-creation-timeout", "6s"]);
-    let manifest = up.dir.join("failing.yaml");
-    std::fs::write(
-        &manifest,
-        r#"apiVersion: v1
-kind: Secret
-metadata: { name: broken-boot, namespace: default }
-stringData:
-  userData: |
-    #!/bin/sh
-    echo "cannot boot" >&2
-    exit 3
----
-apiVersion: machine.sapcloud.io/v1alpha1
-kind: MachineClass
-metadata: { name: broken, namespace: default }
-provider: local
-providerSpec: { vmPool: pool, size: small, tags: { kubernetes.io/cluster/demo: "1" } }
-secretRef: { name: broken-boot, namespace: default }
----
-apiVersion: machine.sapcloud.io/v1alpha1
-kind: Machine
-metadata: { name: broken-machine, namespace: default }
-spec: { class: { kind: MachineClass, name: broken } }
-"#,
-    )
-    .expect("the manifest");
-    up.kubectl_ok(&["apply", "-f", arg(&manifest)]);
+    up.apply_one_machine("broken", "#!/bin/sh\necho \"cannot boot\" >&2\nexit 3");
     poll("the machine Pending", SLOW, || {
         up.phases()
             .iter()
@@ -395,35 +418,12 @@ fn logged(stderr: &str, message: &str, machine: &str) -> bool {
 #[allow(clippy::too_many_lines)] // one story, told in order: run, crash, take over, delete, crash, purge
 fn a_killed_mcm_up_takes_its_provider_along_and_down_purge_leaves_no_process() {
     let mut up = Up::start("crash", &[]);
-    let manifest = up.dir.join("crash.yaml");
-    std::fs::write(
-        &manifest,
-        r#"apiVersion: v1
-kind: Secret
-metadata: { name: crash-boot, namespace: default }
-stringData:
-  userData: |
-    #!/bin/sh
-    exec mcm node-agent --node-name "<<MACHINE_NAME>>" --bootstrap-token "<<BOOTSTRAP_TOKEN>>"
----
-apiVersion: machine.sapcloud.io/v1alpha1
-kind: MachineClass
-metadata: { name: crash-small, namespace: default }
-provider: local
-providerSpec: { vmPool: pool, size: small, tags: { kubernetes.io/cluster/demo: "1" } }
-secretRef: { name: crash-boot, namespace: default }
----
-apiVersion: machine.sapcloud.io/v1alpha1
-kind: Machine
-metadata: { name: crash-machine, namespace: default }
-spec: { class: { kind: MachineClass, name: crash-small } }
-"#,
-    )
-    .expect("the manifest");
-    up.kubectl_ok(&["apply", "-f", arg(&manifest)]);
-    poll("the machine Running with a Ready node", SLOW, || {
-        (all_running(&up, 1) && ready_nodes(&up) == 1).then_some(())
-    });
+    up.apply_one_machine(
+        "crash",
+        r#"#!/bin/sh
+exec mcm node-agent --node-name "<<MACHINE_NAME>>" --bootstrap-token "<<BOOTSTRAP_TOKEN>>""#,
+    );
+    up.wait_running("the machine Running with a Ready node", 1);
     let pgid = up.pgid("crash-machine");
     let providers = provider_pids(&up.dir);
     assert_eq!(providers.len(), 1, "one provider serves {}", up.dir.display());
@@ -519,21 +519,10 @@ spec: { class: { kind: MachineClass, name: crash-small } }
 #[test]
 fn kubectl_delete_node_replaces_its_machine_and_the_node_goes() {
     let mut up = Up::start("node-deletion", &[]);
-    for file in ["00-secret.yaml", "01-machine-class.yaml", "20-machine-set.yaml"] {
-        up.kubectl_ok(&["apply", "-f", arg(&example(file))]);
-    }
-    poll("two Running machines with Ready nodes", SLOW, || {
-        (all_running(&up, 2) && ready_nodes(&up) == 2).then_some(())
-    });
+    up.apply_examples(&["00-secret.yaml", "01-machine-class.yaml", "20-machine-set.yaml"]);
+    up.wait_running("two Running machines with Ready nodes", 2);
     let (victim, _) = up.phases().remove(0);
-    let node = up.kubectl_ok(&[
-        "get",
-        "machine",
-        &victim,
-        "-o",
-        "jsonpath={.metadata.labels.node}",
-    ]);
-    assert!(!node.is_empty(), "the machine names its node");
+    let node = up.node_of(&victim);
     let pgid = up.pgid(&victim);
 
     up.kubectl_ok(&["delete", "node", &node, "--wait=false"]);
@@ -570,50 +559,28 @@ fn kubectl_delete_node_replaces_its_machine_and_the_node_goes() {
 #[test]
 fn kubectl_annotate_node_preserve_now_preserves_its_machine_until_removed() {
     let mut up = Up::start("preserve", &["--machine-preserve-timeout", "1h"]);
-    for file in ["00-secret.yaml", "01-machine-class.yaml", "10-machine.yaml"] {
-        up.kubectl_ok(&["apply", "-f", arg(&example(file))]);
-    }
-    poll("a Running machine with a Ready node", SLOW, || {
-        (all_running(&up, 1) && ready_nodes(&up) == 1).then_some(())
-    });
-    let node = up.kubectl_ok(&[
-        "get",
-        "machine",
-        "single-machine",
-        "-o",
-        "jsonpath={.metadata.labels.node}",
-    ]);
-    assert!(!node.is_empty(), "the machine names its node");
+    up.apply_examples(&["00-secret.yaml", "01-machine-class.yaml", "10-machine.yaml"]);
+    up.wait_running("a Running machine with a Ready node", 1);
+    let node = up.node_of("single-machine");
     let node_ref = format!("node/{node}");
+    let expiry_path = "{.status.currentStatus.preserveExpiryTime}";
     up.kubectl_ok(&["annotate", &node_ref, "node.machine.sapcloud.io/preserve=now"]);
     let expiry = poll("the machine preserved", SLOW, || {
-        let expiry = up.kubectl_ok(&[
-            "get",
-            "machine",
-            "single-machine",
-            "-o",
-            "jsonpath={.status.currentStatus.preserveExpiryTime}",
-        ]);
+        let expiry = up.jsonpath(&["machine", "single-machine"], expiry_path);
         (!expiry.is_empty()).then_some(expiry)
     });
     let expiry: jiff::Timestamp = expiry.trim().parse().expect("an RFC 3339 time");
     let ahead = expiry.duration_since(jiff::Timestamp::now()).as_secs();
     assert!((3500..=3600).contains(&ahead), "about 1h ahead: {ahead}s");
-    let preserved = r#"jsonpath={.status.conditions[?(@.type=="Preserved")].status}/{.metadata.annotations.cluster-autoscaler\.kubernetes\.io/scale-down-disabled}"#;
+    let preserved = r#"{.status.conditions[?(@.type=="Preserved")].status}/{.metadata.annotations.cluster-autoscaler\.kubernetes\.io/scale-down-disabled}"#;
     poll("the node marked preserved", SLOW, || {
-        (up.kubectl_ok(&["get", &node_ref, "-o", preserved]) == "True/true").then_some(())
+        (up.jsonpath(&[&node_ref], preserved) == "True/true").then_some(())
     });
 
     up.kubectl_ok(&["annotate", &node_ref, "node.machine.sapcloud.io/preserve-"]);
     poll("the preservation stopped", SLOW, || {
-        let expiry = up.kubectl_ok(&[
-            "get",
-            "machine",
-            "single-machine",
-            "-o",
-            "jsonpath={.status.currentStatus.preserveExpiryTime}",
-        ]);
-        (expiry.is_empty() && up.kubectl_ok(&["get", &node_ref, "-o", preserved]) == "False/").then_some(())
+        let expiry = up.jsonpath(&["machine", "single-machine"], expiry_path);
+        (expiry.is_empty() && up.jsonpath(&[&node_ref], preserved) == "False/").then_some(())
     });
     up.down(true);
 }

@@ -33,10 +33,7 @@ use std::{
 
 use async_trait::async_trait;
 use futures::FutureExt;
-use k8s_openapi::{
-    ByteString,
-    api::core::v1::{Node, Secret},
-};
+use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::{
     Api, Client, ResourceExt,
     api::{ListParams, Patch, PatchParams},
@@ -529,39 +526,23 @@ impl Collector {
         }
     }
 
-    /// The class's secret as the machine controller sends it: `secretRef` data with `credentialsSecretRef` data on
-    /// top. `None` when a referenced secret is missing (or cannot be read): the class is skipped rather than asked
-    /// with partial credentials.
+    /// The class's secret as the machine controller sends it ([`crate::secrets::merged`]). `None` when a referenced
+    /// secret is missing (or cannot be read): the class is skipped rather than asked with partial credentials.
     async fn secret_of(&self, class: &MachineClass) -> Option<Secret> {
-        let mut data: BTreeMap<String, ByteString> = BTreeMap::new();
-        for reference in [&class.secret_ref, &class.credentials_secret_ref]
-            .into_iter()
-            .flatten()
-        {
-            let Some(name) = reference.name.as_deref() else {
-                continue;
-            };
-            let namespace = reference
-                .namespace
-                .as_deref()
-                .filter(|n| !n.is_empty())
-                .unwrap_or(&self.config.namespace);
+        let mut secrets = Vec::new();
+        for (_, namespace, name) in mcm_core::validity::secret_references(class, &self.config.namespace) {
             let api: Api<Secret> = Api::namespaced(self.control.clone(), namespace);
-            let secret = match api.get_opt(name).await {
-                Ok(secret) => secret?,
+            match api.get_opt(name).await {
+                Ok(secret) => secrets.push(secret?),
                 Err(err) => {
                     tracing::warn!(secret = name, namespace, class = %class.name_any(),
                         error = %crate::watch_health::describe_client_error(&err),
                         "orphan collection: cannot read the class's secret; the class is skipped");
                     return None;
                 }
-            };
-            data.extend(secret.data.unwrap_or_default());
+            }
         }
-        Some(Secret {
-            data: Some(data),
-            ..Secret::default()
-        })
+        Some(crate::secrets::merged(secrets))
     }
 }
 

@@ -22,6 +22,20 @@ use kube::{
 };
 use mcm_api::MachineClass;
 
+/// The secret a class's provider gets: the data of `secrets` merged in order, a later key winning. Given the Secrets
+/// of [`mcm_core::validity::secret_references`] in that order, the `credentialsSecretRef` data lies on top of the
+/// `secretRef` data, as in the reference.
+pub fn merged(secrets: impl IntoIterator<Item = Secret>) -> Secret {
+    let mut data = BTreeMap::new();
+    for secret in secrets {
+        data.extend(secret.data.unwrap_or_default());
+    }
+    Secret {
+        data: Some(data),
+        ..Secret::default()
+    }
+}
+
 /// Why a stored Secret cannot be read as a Secret. Names keys, never values.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SecretDecodeError {
@@ -199,6 +213,8 @@ pub fn watch(
 
 #[cfg(test)]
 mod tests {
+    use mcm_api::builders::MachineClassBuilder;
+
     use super::*;
 
     #[allow(clippy::needless_pass_by_value)] // json! values read best inline
@@ -210,6 +226,38 @@ mod tests {
             "data": data,
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn the_merged_secret_has_the_later_secrets_keys_on_top() {
+        let secret = |pairs: &[(&str, &str)]| Secret {
+            data: Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), k8s_openapi::ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        };
+        let user_data = secret(&[("userData", "boot"), ("region", "eu")]);
+        let credentials = secret(&[("region", "us"), ("accessKeyID", "AKIA")]);
+        let merged = merged([user_data, credentials, Secret::default()]);
+        let text: BTreeMap<&str, &[u8]> = merged
+            .data
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.0.as_slice()))
+            .collect();
+        assert_eq!(
+            text,
+            BTreeMap::from([
+                ("accessKeyID", b"AKIA".as_slice()),
+                ("region", b"us".as_slice()),
+                ("userData", b"boot".as_slice())
+            ])
+        );
+        assert_eq!(merged.metadata.name, None, "the merge is no stored Secret");
     }
 
     #[test]
@@ -233,13 +281,7 @@ mod tests {
         let cached = admit(bad, &undecodable);
         assert!(cached.data.is_none(), "no value is kept");
         assert_eq!(cached.metadata.name.as_deref(), Some("aws"));
-        let class = MachineClass {
-            secret_ref: Some(k8s_openapi::api::core::v1::SecretReference {
-                name: Some("aws".into()),
-                namespace: Some("ns".into()),
-            }),
-            ..MachineClass::default()
-        };
+        let class = MachineClassBuilder::new("aws").secret_ref("aws", "ns").build();
         let problem = undecodable.problem_of(&class, "other").unwrap();
         assert_eq!(
             problem,

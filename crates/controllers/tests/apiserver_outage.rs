@@ -2,13 +2,15 @@
 //! with everything) is stopped for longer than the status-check timeout while the kubelets cannot heartbeat, then
 //! restarted on the same port. With the freeze, the machine controller does nothing while the server is away and
 //! holds on until the kubelets are back: no machine is replaced. The same outage with the freeze switched off (a
-//! very long timeout) replaces machines, which proves that the freeze is what protects them.
+//! very long timeout) replaces machines, which proves that the freeze is what protects them. Elapsed time is
+//! observed, never slept: how long the nodes have been Unknown is read from their Ready condition, and how long an
+//! outage takes to freeze is measured by a witness reachability loop.
 
 mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::{api::core::v1::Node, jiff::Timestamp};
 use kube::{
     Api, ResourceExt,
     api::{ListParams, PostParams},
@@ -25,6 +27,10 @@ const HEARTBEAT: Duration = Duration::from_millis(300);
 const GRACE: Duration = Duration::from_millis(1500);
 /// Short, so that without the freeze an Unknown machine is Failed long before its kubelet is back.
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(1);
+/// The status-check timeout of the frozen run: an outage this long freezes, and the freeze holds this long after the
+/// server answers again. Four health timeouts, so that the kubelets can stay away for two of them and still come
+/// back while the freeze holds.
+const STATUS_CHECK_TIMEOUT: Duration = Duration::from_secs(4);
 
 /// Waits until `probe` gives a value, within this file's deadline.
 async fn eventually<T>(what: &str, probe: impl AsyncFnMut() -> Option<T>) -> T {
@@ -115,6 +121,50 @@ impl Cluster {
         self.stop_server().await;
     }
 
+    /// Whether both nodes' Ready condition has been Unknown for at least `at_least`, by its lastTransitionTime.
+    async fn nodes_unknown_for(&self, at_least: Duration) -> bool {
+        let Ok(nodes) = self.nodes().list(&ListParams::default()).await else {
+            return false;
+        };
+        let now = Timestamp::now();
+        nodes.items.len() == 2
+            && nodes.items.iter().all(|n| {
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .and_then(|c| c.iter().find(|c| c.type_ == "Ready" && c.status == "Unknown"))
+                    .and_then(|c| c.last_transition_time.as_ref())
+                    .is_some_and(|since| since.0.checked_add(at_least).is_ok_and(|end| end <= now))
+            })
+    }
+
+    /// Waits until the server has been away as long as it takes a reachability loop with `settings` to freeze: a
+    /// witness loop, wired to no controller, probes from now and is stopped once it has frozen (before it could
+    /// unfreeze and restart any health clock).
+    async fn outage_as_long_as(&self, settings: ReachabilitySettings) {
+        let witness = reachability::Freeze::default();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(reachability::run(
+            self.client.clone(),
+            Some(self.client.clone()),
+            reachability::Config {
+                namespace: NAMESPACE.into(),
+                settings,
+            },
+            witness.clone(),
+            None,
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+        eventually("the witness loop frozen by the outage", || async {
+            witness.is_frozen().then_some(())
+        })
+        .await;
+        let _ = stop.send(());
+        task.await.expect("the witness loop stops");
+    }
+
     async fn restart(&mut self) {
         self.restart_server().await;
         eventually("the nodes Unknown after the outage", || async {
@@ -138,18 +188,30 @@ impl Cluster {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_longer_than_the_timeout_freezes_and_replaces_no_machine() {
     let settings = ReachabilitySettings {
-        period: Duration::from_secs(2),
-        timeout: Duration::from_secs(2),
+        period: STATUS_CHECK_TIMEOUT,
+        timeout: STATUS_CHECK_TIMEOUT,
     };
     let (mut world, freeze) = start(settings).await;
     let before = world.running().await;
     world.outage(&before).await;
     eventually("the freeze", || async { freeze.is_frozen().then_some(()) }).await;
     world.restart().await;
-    // The kubelets come back well after the health timeout would have run out: only the freeze (which holds for a
-    // timeout after the server answers again) keeps their machines from being Failed meanwhile.
-    tokio::time::sleep(HEALTH_TIMEOUT * 2).await;
+    // The kubelets come back only after their nodes have been Unknown for twice the health timeout, when a
+    // controller without the freeze would have Failed their machines: only the freeze (which holds for a timeout
+    // after the server answers again) keeps them as they were meanwhile.
+    eventually("the nodes Unknown for twice the health timeout", || async {
+        world.nodes_unknown_for(HEALTH_TIMEOUT * 2).await.then_some(())
+    })
+    .await;
     assert!(freeze.is_frozen(), "still frozen while the kubelets are away");
+    for machine in world.all_machines().await {
+        assert_eq!(
+            machine.phase(),
+            Some(MachinePhase::Running),
+            "{} is left alone while frozen",
+            machine.name_any()
+        );
+    }
     for name in &before {
         world.faults.resume_heartbeats(name);
     }
@@ -176,7 +238,12 @@ async fn the_same_outage_without_the_freeze_replaces_machines() {
     let before = world.running().await;
     world.outage(&before).await;
     // As long as the outage above took to freeze.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    world
+        .outage_as_long_as(ReachabilitySettings {
+            period: STATUS_CHECK_TIMEOUT,
+            timeout: STATUS_CHECK_TIMEOUT,
+        })
+        .await;
     assert!(!freeze.is_frozen());
     world.restart().await;
     eventually("a machine Failed or replaced", || async {

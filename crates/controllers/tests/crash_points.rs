@@ -18,7 +18,7 @@ use std::{
 };
 
 use k8s_openapi::{
-    api::core::v1::{Container, PersistentVolume, PersistentVolumeClaim, Pod},
+    api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod},
     apimachinery::pkg::util::intstr::IntOrString,
 };
 use kube::{
@@ -460,15 +460,8 @@ async fn create_pod(w: &World, name: &str, node: &str, claims: &[&str]) {
         .fold(PodBuilder::new(name), |pod, claim| pod.claim(claim))
         .namespace(NAMESPACE)
         .node(node)
-        .with(|pod| {
-            let spec = pod.spec.get_or_insert_default();
-            spec.termination_grace_period_seconds = Some(1);
-            spec.containers = vec![Container {
-                name: "c".into(),
-                image: Some("busybox".into()),
-                ..Container::default()
-            }];
-        })
+        .grace_period(1)
+        .container("c", "busybox")
         .build();
     Api::<Pod>::namespaced(w.cluster.client.clone(), NAMESPACE)
         .create(&PostParams::default(), &pod)

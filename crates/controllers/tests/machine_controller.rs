@@ -254,11 +254,10 @@ async fn a_machine_reaches_running_in_at_most_five_writes_to_machine_and_node() 
     h.create_class(good_spec()).await;
     let server = h.server.as_ref().unwrap();
     server.requests().reset();
-    let machine: Machine = serde_json::from_value(json!({
-        "metadata": { "name": "m1", "finalizers": [keys::finalizers::MACHINE_CONTROLLER_MANAGER] },
-        "spec": { "class": { "kind": "MachineClass", "name": "sim-small" } }
-    }))
-    .unwrap();
+    let machine = MachineBuilder::new("m1")
+        .finalizer(keys::finalizers::MACHINE_CONTROLLER_MANAGER)
+        .class("sim-small")
+        .build();
     h.machines()
         .create(&PostParams::default(), &machine)
         .await

@@ -24,7 +24,7 @@ use std::{
 
 use futures::{FutureExt as _, StreamExt as _};
 use k8s_openapi::api::{
-    core::v1::{Container, Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret},
+    core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod, Secret},
     policy::v1::PodDisruptionBudget,
     storage::v1::VolumeAttachment,
 };
@@ -787,20 +787,11 @@ impl Harness {
 
 /// A pod `name` of one container bound to `node`, with a grace period of 1 second.
 fn bound_pod(name: &str, node: &str) -> PodBuilder {
-    PodBuilder::new(name).namespace(NAMESPACE).node(node).with(|pod| {
-        let spec = pod.spec.get_or_insert_default();
-        spec.termination_grace_period_seconds = Some(1);
-        spec.containers = vec![Container {
-            name: "c".into(),
-            image: Some("busybox".into()),
-            ..Container::default()
-        }];
-    })
-}
-
-/// Sets the pod's grace period.
-fn grace(seconds: i64) -> impl FnOnce(&mut Pod) {
-    move |pod| pod.spec.get_or_insert_default().termination_grace_period_seconds = Some(seconds)
+    PodBuilder::new(name)
+        .namespace(NAMESPACE)
+        .node(node)
+        .grace_period(1)
+        .container("c", "busybox")
 }
 
 /// Polls `probe` every 25 ms until it returns `Some`, failing after the deadline.
@@ -1022,7 +1013,7 @@ async fn a_crash_after_every_step_of_a_force_deletion_deletes_the_vm_once_and_le
     let mut h = Harness::start(fast_settings()).await;
     h.create_running_machine(sim_machine("m1")).await;
     h.create_volume("data").await;
-    h.create_pod(bound_pod("db", "m1").claim("data").with(grace(3600)))
+    h.create_pod(bound_pod("db", "m1").claim("data").grace_period(3600))
         .await;
     h.wait_pod_ready("db").await;
     eventually("the volume attached to m1", || async {
@@ -1352,7 +1343,7 @@ async fn a_controller_restarted_while_a_volume_pod_terminates_still_waits_for_it
             bound_pod(name, "m1")
                 .claim(name)
                 .priority(priority)
-                .with(grace(seconds)),
+                .grace_period(seconds),
         )
         .await;
     }
@@ -1584,7 +1575,7 @@ async fn a_force_drain_of_a_not_ready_node_deletes_pods_with_grace_0_and_its_vol
     h.create_volume("data").await;
     for (name, claim) in [("db", Some("data")), ("web", None)] {
         // An hour of grace: only a deletion with grace 0 makes them go within the test.
-        let pod = bound_pod(name, "m1").with(grace(3600));
+        let pod = bound_pod(name, "m1").grace_period(3600);
         h.create_pod(match claim {
             Some(claim) => pod.claim(claim),
             None => pod,

@@ -16,7 +16,11 @@ use kube::{
     Api,
     api::{DeleteParams, PostParams},
 };
-use mcm_api::{ConditionStatus, Machine, MachinePhase, MachineSet, keys};
+use mcm_api::{
+    ConditionStatus, Machine, MachinePhase, MachineSet,
+    builders::{MachineBuilder, MachineSetBuilder},
+    keys,
+};
 use mcm_apiserver::hooks::Failure;
 use mcm_driver::{CreateMachineRequest, Driver, DriverMethod, MachineCode, retry};
 use mcm_provider_sim::{Fault, Latency, Target};
@@ -63,11 +67,10 @@ async fn a_machine_whose_vm_exists_is_adopted_without_create_machine() {
         .get("boot")
         .await
         .unwrap();
-    let template: Machine = serde_json::from_value(json!({
-        "metadata": { "name": "adopted", "namespace": NAMESPACE },
-        "spec": { "class": { "kind": "MachineClass", "name": support::CLASS } }
-    }))
-    .unwrap();
+    let template = MachineBuilder::new("adopted")
+        .namespace(NAMESPACE)
+        .class(support::CLASS)
+        .build();
     let vm = cluster
         .driver
         .create_machine(&CreateMachineRequest {
@@ -562,18 +565,11 @@ async fn a_vanished_vm_fails_its_machine_and_is_never_created_again() {
 
 /// The group key's owner: a MachineSet (no MachineSet controller runs in these tests; the set only owns).
 async fn create_machine_set(cluster: &Cluster, name: &str, replicas: i32) -> MachineSet {
-    let set: MachineSet = serde_json::from_value(json!({
-        "metadata": { "name": name },
-        "spec": {
-            "replicas": replicas,
-            "selector": { "matchLabels": { "pool": name } },
-            "template": {
-                "metadata": { "labels": { "pool": name } },
-                "spec": { "class": { "kind": "MachineClass", "name": support::CLASS } }
-            }
-        }
-    }))
-    .unwrap();
+    let set = MachineSetBuilder::new(name)
+        .replicas(replicas)
+        .matching([("pool", name)])
+        .class(support::CLASS)
+        .build();
     Api::<MachineSet>::namespaced(cluster.client.clone(), NAMESPACE)
         .create(&PostParams::default(), &set)
         .await

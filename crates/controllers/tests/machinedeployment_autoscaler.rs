@@ -8,14 +8,14 @@ mod support;
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::{Event, Node};
+use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
 };
 use mcm_api::{
-    ConditionStatus, Machine, MachineClass, MachineDeployment, MachineDeploymentConditionType, MachinePhase,
-    MachineSet, keys,
+    ConditionStatus, Machine, MachineDeployment, MachineDeploymentConditionType, MachinePhase, MachineSet,
+    keys,
 };
 use mcm_controllers::machinedeployment;
 use mcm_driver::{DriverMethod, MachineCode};
@@ -28,22 +28,16 @@ const DEPLOYMENT: &str = "pool";
 async fn start() -> Cluster {
     let mut cluster = Cluster::start(settings()).await;
     cluster.create_class().await;
-    let medium: MachineClass = serde_json::from_value(json!({
-        "metadata": { "name": "sim-medium" },
-        "provider": "sim",
-        "providerSpec": {
-            "vmPool": "pool",
-            "size": "medium",
-            "tags": { "kubernetes.io/cluster/test": "1", "kubernetes.io/role/node": "1" }
-        },
-        "secretRef": { "name": "boot", "namespace": NAMESPACE }
-    }))
-    .unwrap();
     cluster
-        .classes()
-        .create(&PostParams::default(), &medium)
-        .await
-        .unwrap();
+        .create_sim_class(
+            "sim-medium",
+            json!({
+                "vmPool": "pool",
+                "size": "medium",
+                "tags": { "kubernetes.io/cluster/test": "1", "kubernetes.io/role/node": "1" }
+            }),
+        )
+        .await;
     cluster.start_set_controllers(machinedeployment::Config {
         concurrency: 4,
         ..machinedeployment::Config::new(NAMESPACE)
@@ -338,16 +332,11 @@ async fn a_stuck_rollout_reports_progress_deadline_exceeded_and_recovers() {
         "{}",
         condition.message
     );
-    let events: Vec<Event> = Api::<Event>::namespaced(cluster.client.clone(), NAMESPACE)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
     assert!(
-        events
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("ProgressDeadlineExceeded")
-                && e.involved_object.name.as_deref() == Some(DEPLOYMENT)),
+        !cluster
+            .events_for(None, DEPLOYMENT, "ProgressDeadlineExceeded")
+            .await
+            .is_empty(),
         "a Warning event tells the user"
     );
     // maxUnavailable 0: the old machines are all still there and Running; no automatic rollback.

@@ -5,11 +5,15 @@ mod support;
 
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{
     Api, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
 };
-use mcm_api::{Machine, MachineDeployment, MachineSet};
+use mcm_api::{
+    Machine, MachineDeployment, MachineSet,
+    builders::{MachineBuilder, MachineDeploymentBuilder},
+};
 use mcm_controllers::machinedeployment;
 use serde_json::json;
 use support::{Cluster, NAMESPACE, wait_for, watch_window};
@@ -34,19 +38,14 @@ async fn a_set_whose_status_lags_counts_its_cached_machines_toward_the_surge() {
     let deployments: Api<MachineDeployment> = Api::namespaced(client.clone(), NAMESPACE);
     let set_api: Api<MachineSet> = Api::namespaced(client.clone(), NAMESPACE);
     let machines: Api<Machine> = Api::namespaced(client, NAMESPACE);
-    let deployment: MachineDeployment = serde_json::from_value(json!({
-        "metadata": { "name": "pool" },
-        "spec": {
-            "replicas": 4,
-            "selector": { "matchLabels": { "pool": "stale" } },
-            "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 1 } },
-            "template": {
-                "metadata": { "labels": { "pool": "stale" } },
-                "spec": { "class": { "kind": "MachineClass", "name": "small" } }
-            }
-        }
-    }))
-    .unwrap();
+    let deployment = MachineDeploymentBuilder::new("pool")
+        .replicas(4)
+        .matching([("pool", "stale")])
+        .strategy("RollingUpdate")
+        .max_surge(IntOrString::Int(1))
+        .max_unavailable(IntOrString::Int(1))
+        .class("small")
+        .build();
     deployments
         .create(&PostParams::default(), &deployment)
         .await
@@ -58,19 +57,22 @@ async fn a_set_whose_status_lags_counts_its_cached_machines_toward_the_surge() {
 
     // The old set's machines, as its controller would have made them; the set's status is never written.
     for i in 0..4 {
-        let machine: Machine = serde_json::from_value(json!({
-            "metadata": {
-                "name": format!("old-{i}"),
-                "labels": old.spec.template.metadata.as_ref().and_then(|m| m.labels.clone()),
-                "ownerReferences": [{
-                    "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineSet",
-                    "name": old.name_any(), "uid": old.uid().unwrap(),
-                    "controller": true, "blockOwnerDeletion": true
-                }]
-            },
-            "spec": { "class": { "kind": "MachineClass", "name": "small" } }
-        }))
-        .unwrap();
+        let template_labels = old
+            .spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.as_ref());
+        let machine = MachineBuilder::new(&format!("old-{i}"))
+            .labels(
+                template_labels
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            )
+            .owned_by(&old)
+            .class("small")
+            .build();
         machines.create(&PostParams::default(), &machine).await.unwrap();
     }
     deployments

@@ -15,7 +15,7 @@ use std::{
 };
 
 use futures::StreamExt;
-use k8s_openapi::{api::core::v1::Event, apimachinery::pkg::util::intstr::IntOrString};
+use k8s_openapi::{Resource as _, api::core::v1::Event, apimachinery::pkg::util::intstr::IntOrString};
 use kube::{
     Api, Resource, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
@@ -28,7 +28,7 @@ use mcm_api::{
 use mcm_controllers::machineset;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use support::{Cluster, NAMESPACE, Setup};
+use support::{Cluster, Setup};
 
 const DEADLINE: Duration = Duration::from_mins(1);
 
@@ -83,18 +83,7 @@ impl Cluster {
 
     /// The deployment's events with `reason`.
     async fn events(&self, reason: &str) -> Vec<Event> {
-        Api::<Event>::namespaced(self.client.clone(), NAMESPACE)
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.involved_object.kind.as_deref() == Some("MachineDeployment")
-                    && e.involved_object.name.as_deref() == Some(NAME)
-                    && e.reason.as_deref() == Some(reason)
-            })
-            .collect()
+        self.events_for(Some(MachineDeployment::KIND), NAME, reason).await
     }
 
     /// Patches the deployment's spec and waits until the controller has observed that generation with

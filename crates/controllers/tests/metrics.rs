@@ -7,13 +7,13 @@ mod support;
 
 use std::{net::SocketAddr, sync::Arc};
 
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{
     Api,
     api::{DeleteParams, ListParams, PostParams},
 };
-use mcm_api::MachineDeployment;
+use mcm_api::{MachineDeployment, builders::MachineDeploymentBuilder};
 use mcm_controllers::{machinedeployment, metrics::Metrics};
-use serde_json::json;
 use support::{CLASS, Cluster, NAMESPACE, http_get, settings};
 use tokio::sync::oneshot;
 
@@ -112,19 +112,14 @@ async fn metrics_follow_a_deployment_from_creation_to_deletion() {
         "{empty}"
     );
 
-    let deployment: MachineDeployment = serde_json::from_value(json!({
-        "metadata": { "name": DEPLOYMENT },
-        "spec": {
-            "replicas": 2,
-            "selector": { "matchLabels": { "name": DEPLOYMENT } },
-            "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": "50%" } },
-            "template": {
-                "metadata": { "labels": { "name": DEPLOYMENT } },
-                "spec": { "class": { "kind": "MachineClass", "name": CLASS } }
-            }
-        }
-    }))
-    .unwrap();
+    let deployment = MachineDeploymentBuilder::new(DEPLOYMENT)
+        .replicas(2)
+        .matching([("name", DEPLOYMENT)])
+        .strategy("RollingUpdate")
+        .max_surge(IntOrString::Int(1))
+        .max_unavailable(IntOrString::String("50%".into()))
+        .class(CLASS)
+        .build();
     let deployments: Api<MachineDeployment> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     deployments
         .create(&PostParams::default(), &deployment)

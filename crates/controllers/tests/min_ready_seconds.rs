@@ -5,11 +5,15 @@
 
 mod support;
 
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{
     Api,
     api::{ListParams, Patch, PatchParams, PostParams},
 };
-use mcm_api::{ConditionStatus, MachineDeployment, MachineDeploymentConditionType, MachinePhase};
+use mcm_api::{
+    ConditionStatus, MachineDeployment, MachineDeploymentConditionType, MachinePhase,
+    builders::MachineDeploymentBuilder,
+};
 use mcm_controllers::machinedeployment;
 use serde_json::json;
 use support::{CLASS, Cluster, NAMESPACE, wait_for};
@@ -44,21 +48,16 @@ async fn a_deployment_with_min_ready_seconds_500_is_available_and_rolls_without_
         .unwrap();
     cluster.start_set_controllers(machinedeployment::Config::new(NAMESPACE));
     let deployments: Api<MachineDeployment> = Api::namespaced(cluster.client.clone(), NAMESPACE);
-    let deployment: MachineDeployment = serde_json::from_value(json!({
-        "metadata": { "name": "workers" },
-        "spec": {
-            "replicas": 2,
-            "minReadySeconds": 500,
-            "progressDeadlineSeconds": 600,
-            "selector": { "matchLabels": { "pool": "workers" } },
-            "strategy": { "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 0 } },
-            "template": {
-                "metadata": { "labels": { "pool": "workers" } },
-                "spec": { "class": { "kind": "MachineClass", "name": CLASS } }
-            }
-        }
-    }))
-    .unwrap();
+    let deployment = MachineDeploymentBuilder::new("workers")
+        .replicas(2)
+        .min_ready_seconds(500)
+        .with(|d| d.spec.progress_deadline_seconds = Some(600))
+        .matching([("pool", "workers")])
+        .strategy("RollingUpdate")
+        .max_surge(IntOrString::Int(1))
+        .max_unavailable(IntOrString::Int(0))
+        .class(CLASS)
+        .build();
     deployments
         .create(&PostParams::default(), &deployment)
         .await

@@ -12,7 +12,11 @@ use kube::{
     Api, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
-use mcm_api::{Machine, MachinePhase, MachineSet, keys};
+use mcm_api::{
+    Machine, MachinePhase, MachineSet,
+    builders::{MachineSetBuilder, NodeBuilder},
+    keys,
+};
 use mcm_controllers::{machine, machinedeployment, node_deletion};
 use mcm_core::{
     deletion::{DeletionStep, current_step},
@@ -72,18 +76,11 @@ async fn world(replicas: usize) -> Cluster {
     let mut cluster = Cluster::start(settings()).await;
     cluster.create_class().await;
     cluster.start_set_controllers(machinedeployment::Config::new(NAMESPACE));
-    let set: MachineSet = serde_json::from_value(json!({
-        "metadata": { "name": "workers" },
-        "spec": {
-            "replicas": replicas,
-            "selector": { "matchLabels": { "pool": "workers" } },
-            "template": {
-                "metadata": { "labels": { "pool": "workers" } },
-                "spec": { "class": { "kind": "MachineClass", "name": CLASS } }
-            }
-        }
-    }))
-    .expect("a set");
+    let set = MachineSetBuilder::new("workers")
+        .replicas(i32::try_from(replicas).expect("a replica count"))
+        .matching([("pool", "workers")])
+        .class(CLASS)
+        .build();
     Api::<MachineSet>::namespaced(cluster.client.clone(), NAMESPACE)
         .create(&PostParams::default(), &set)
         .await
@@ -374,10 +371,10 @@ async fn a_deleting_node_no_machine_names_loses_our_finalizer() {
     let cluster = world(1).await;
     let controller = NodeDeletion::start(&cluster);
     let machine = machines(&cluster).await.remove(0);
-    let stray: Node = serde_json::from_value(json!({
-        "metadata": { "name": "stray", "finalizers": [keys::finalizers::NODE, "example.com/keep"] }
-    }))
-    .expect("a node");
+    let stray = NodeBuilder::new("stray")
+        .finalizer(keys::finalizers::NODE)
+        .finalizer("example.com/keep")
+        .build();
     cluster
         .nodes()
         .create(&PostParams::default(), &stray)

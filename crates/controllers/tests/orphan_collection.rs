@@ -19,14 +19,12 @@ use std::{
 };
 
 use async_trait::async_trait;
+use k8s_openapi::Resource as _;
 use k8s_openapi::api::core::v1::{Event, Node, Secret};
-use kube::{
-    Api, Client, ResourceExt,
-    api::{ListParams, PostParams},
-};
+use kube::{Api, Client, ResourceExt, api::PostParams};
 use mcm_api::{
     Machine, MachineClass, MachinePhase,
-    builders::{MachineBuilder, MachineClassBuilder},
+    builders::{MachineBuilder, MachineClassBuilder, NodeBuilder},
     keys,
 };
 use mcm_apiserver::{ApiServer, Config as ServerConfig};
@@ -366,18 +364,7 @@ impl World {
 
     /// The Events on the class with this reason.
     async fn class_events(&self, reason: &str) -> Vec<Event> {
-        Api::<Event>::namespaced(self.client.clone(), NAMESPACE)
-            .list(&ListParams::default())
-            .await
-            .expect("events are listed")
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.involved_object.name.as_deref() == Some(CLASS)
-                    && e.involved_object.kind.as_deref() == Some("MachineClass")
-                    && e.reason.as_deref() == Some(reason)
-            })
-            .collect()
+        support::events_for(&self.client, Some(MachineClass::KIND), CLASS, reason).await
     }
 
     /// Waits until the collection has made `n` more passes (ListMachines calls of the one class) from now.
@@ -674,10 +661,9 @@ async fn a_node_without_machine_is_marked_and_unmarked_when_a_machine_claims_it(
         ..config()
     })
     .await;
-    let node: Node = serde_json::from_value(json!({
-        "metadata": { "name": "stray", "finalizers": [keys::finalizers::NODE] }
-    }))
-    .expect("a node");
+    let node = NodeBuilder::new("stray")
+        .finalizer(keys::finalizers::NODE)
+        .build();
     world
         .nodes()
         .create(&PostParams::default(), &node)

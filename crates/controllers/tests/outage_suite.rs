@@ -19,7 +19,7 @@ use kube::{
     ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
-use mcm_api::{Machine, MachinePhase, MachineSet};
+use mcm_api::{Machine, MachinePhase, MachineSet, builders::MachineSetBuilder};
 use mcm_controllers::machinedeployment;
 use mcm_driver::{Driver, DriverMethod, MachineCode};
 use mcm_grpc::{ClientOptions, Endpoint, GrpcDriver, ProviderInfo};
@@ -385,18 +385,11 @@ async fn start_set(cluster: &mut Cluster, name: &str, replicas: i32) -> kube::Ap
         ..machinedeployment::Config::new(NAMESPACE)
     });
     let sets: kube::Api<MachineSet> = kube::Api::namespaced(cluster.client.clone(), NAMESPACE);
-    let set: MachineSet = serde_json::from_value(json!({
-        "metadata": { "name": name },
-        "spec": {
-            "replicas": replicas,
-            "selector": { "matchLabels": { "pool": name } },
-            "template": {
-                "metadata": { "labels": { "pool": name } },
-                "spec": { "class": { "kind": "MachineClass", "name": support::CLASS } }
-            }
-        }
-    }))
-    .unwrap();
+    let set = MachineSetBuilder::new(name)
+        .replicas(replicas)
+        .matching([("pool", name)])
+        .class(support::CLASS)
+        .build();
     sets.create(&PostParams::default(), &set).await.unwrap();
     sets
 }

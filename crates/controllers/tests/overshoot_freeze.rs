@@ -187,16 +187,7 @@ impl Cluster {
 
     /// The events with `reason` about the object `name`.
     async fn events(&self, name: &str, reason: &str) -> Vec<Event> {
-        Api::<Event>::namespaced(self.client.clone(), NAMESPACE)
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter(|e| {
-                e.involved_object.name.as_deref() == Some(name) && e.reason.as_deref() == Some(reason)
-            })
-            .collect()
+        self.events_for(None, name, reason).await
     }
 
     async fn wait_event(&self, name: &str, reason: &str) -> Event {

@@ -7,14 +7,17 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::{
+    api::core::v1::{Node, Pod},
+    apimachinery::pkg::apis::meta::v1::OwnerReference,
+};
 use kube::{
     Api, ResourceExt,
     api::{ListParams, Patch, PatchParams, PostParams},
 };
 use mcm_api::{
     Machine, MachinePhase, MachineSet,
-    builders::MachineSetBuilder,
+    builders::{MachineSetBuilder, PodBuilder},
     keys::{annotations, taints},
 };
 use mcm_controllers::machinedeployment;
@@ -94,16 +97,18 @@ async fn one_machine_set(cluster: &Cluster) -> Machine {
 async fn create_pods(cluster: &Cluster, node: &str) -> Api<Pod> {
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), NAMESPACE);
     for (pod, daemon) in [("work", false), ("agent", true)] {
-        let mut value = json!({
-            "metadata": {"name": pod},
-            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]}
-        });
+        let mut built = PodBuilder::new(pod).node(node).container("c", "i");
         if daemon {
-            value["metadata"]["ownerReferences"] = json!([{
-                "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "ds-uid", "controller": true
-            }]);
+            built = built.owner(OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: "DaemonSet".into(),
+                name: "ds".into(),
+                uid: "ds-uid".into(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            });
         }
-        pods.create(&PostParams::default(), &serde_json::from_value(value).unwrap())
+        pods.create(&PostParams::default(), &built.build())
             .await
             .expect("the pod is created");
     }

@@ -99,6 +99,7 @@ pub fn secret_finalizer(secret: &Secret, classes: &[&MachineClass]) -> Finalizer
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use mcm_api::builders::{MachineBuilder, MachineClassBuilder};
 
     use super::*;
 
@@ -131,19 +132,12 @@ mod tests {
     }
 
     fn class(name: &str) -> MachineClass {
-        let mut c = MachineClass::default();
-        c.metadata.name = Some(name.into());
-        c.metadata.namespace = Some("ns".into());
-        c
+        MachineClassBuilder::new(name).namespace("ns").build()
     }
 
+    /// The machine `ns/m` of the class `class`.
     fn machine(class: &str) -> Machine {
-        let mut m = Machine::default();
-        m.metadata.name = Some("m".into());
-        m.metadata.namespace = Some("ns".into());
-        m.spec.class.kind = "MachineClass".into();
-        m.spec.class.name = class.into();
-        m
+        MachineBuilder::new("m").namespace("ns").class(class).build()
     }
 
     fn secret(name: &str) -> Secret {

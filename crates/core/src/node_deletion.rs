@@ -151,7 +151,8 @@ pub fn decide<'m>(
 mod tests {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use mcm_api::builders::{MachineBuilder, NodeBuilder};
     use pretty_assertions::assert_eq;
     use serde_json::json;
 
@@ -162,15 +163,10 @@ mod tests {
     }
 
     fn node(finalizers: &[&str]) -> Node {
-        Node {
-            metadata: ObjectMeta {
-                name: Some("node-1".into()),
-                resource_version: Some("42".into()),
-                finalizers: Some(finalizers.iter().map(|f| (*f).to_owned()).collect()),
-                ..ObjectMeta::default()
-            },
-            ..Node::default()
-        }
+        NodeBuilder::new("node-1")
+            .resource_version("42")
+            .with(|n| n.metadata.finalizers = Some(finalizers.iter().map(|f| (*f).to_owned()).collect()))
+            .build()
     }
 
     fn deleting(mut n: Node) -> Node {
@@ -178,25 +174,20 @@ mod tests {
         n
     }
 
-    fn machine(name: &str, node: &str) -> Machine {
-        let mut m = Machine::default();
-        m.metadata.name = Some(name.into());
-        m.metadata.namespace = Some("default".into());
-        m.metadata.labels = Some(BTreeMap::from([(labels::NODE.into(), node.into())]));
-        m
+    /// A machine `default/<name>` whose node label names `node`.
+    fn machine(name: &str, node: &str) -> MachineBuilder {
+        MachineBuilder::new(name).namespace("default").node(node)
     }
 
     fn machine_deleting(name: &str, node: &str) -> Machine {
-        let mut m = machine(name, node);
-        m.metadata.deletion_timestamp = Some(Time(now()));
-        m
+        machine(name, node).deleting_at(now()).build()
     }
 
     #[test]
     fn a_node_being_deleted_deletes_the_machine_its_node_label_names() {
         let n = deleting(node(&[finalizers::NODE]));
-        let ours = machine("m-1", "node-1");
-        let other = machine("m-2", "node-2");
+        let ours = machine("m-1", "node-1").build();
+        let other = machine("m-2", "node-2").build();
         assert_eq!(
             decide(NodeSeen::Present(&n), [&other, &ours]),
             NodeDeletionDecision::DeleteMachine {
@@ -209,7 +200,7 @@ mod tests {
     fn a_node_deleted_without_our_finalizer_deletes_its_machine_too() {
         // The reference's deleteNode handler: a delete event triggers the machine's deletion as well.
         let n = node(&[]);
-        let ours = machine("m-1", "node-1");
+        let ours = machine("m-1", "node-1").build();
         assert_eq!(
             decide(NodeSeen::Gone(&n), [&ours]),
             NodeDeletionDecision::DeleteMachine {
@@ -221,7 +212,7 @@ mod tests {
     #[test]
     fn a_node_not_being_deleted_is_left_alone() {
         let n = node(&[finalizers::NODE]);
-        let ours = machine("m-1", "node-1");
+        let ours = machine("m-1", "node-1").build();
         assert_eq!(
             decide(NodeSeen::Present(&n), [&ours]),
             NodeDeletionDecision::NotDeleting
@@ -249,7 +240,7 @@ mod tests {
     #[test]
     fn without_a_machine_our_finalizer_goes_and_no_other() {
         let n = deleting(node(&["other/keep", finalizers::NODE]));
-        let elsewhere = machine("m-2", "node-2");
+        let elsewhere = machine("m-2", "node-2").build();
         assert_eq!(
             decide(NodeSeen::Present(&n), [&elsewhere]),
             NodeDeletionDecision::RemoveFinalizer {
@@ -269,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_machine_without_a_node_label_or_an_empty_one_names_no_node() {
-        let mut unlabelled = machine("node-1", "");
+        let mut unlabelled = machine("node-1", "").build();
         assert!(!machine_of_node(&unlabelled, "node-1"));
         unlabelled.metadata.labels = None;
         assert!(!machine_of_node(&unlabelled, "node-1"));
@@ -279,8 +270,8 @@ mod tests {
     #[test]
     fn several_machines_naming_the_node_delete_none() {
         let n = deleting(node(&[finalizers::NODE]));
-        let a = machine("m-b", "node-1");
-        let b = machine("m-a", "node-1");
+        let a = machine("m-b", "node-1").build();
+        let b = machine("m-a", "node-1").build();
         assert_eq!(
             decide(NodeSeen::Present(&n), [&a, &b]),
             NodeDeletionDecision::Ambiguous {
@@ -296,7 +287,7 @@ mod tests {
             annotations::NOT_MANAGED_BY_MCM.into(),
             "1".into(),
         )]));
-        let ours = machine("m-1", "node-1");
+        let ours = machine("m-1", "node-1").build();
         assert_eq!(
             decide(NodeSeen::Present(&n), [&ours]),
             NodeDeletionDecision::NotDeleting

@@ -393,6 +393,7 @@ mod tests {
         api::core::v1::{NodeSpec, NodeStatus},
         apimachinery::pkg::apis::meta::v1::ObjectMeta,
     };
+    use mcm_api::builders::NodeBuilder;
     use pretty_assertions::assert_eq;
     use proptest::prelude::*;
 
@@ -433,20 +434,16 @@ mod tests {
     }
 
     fn node(labels: &[(&str, &str)], annotations: &[(&str, &str)], taints: Vec<Taint>) -> Node {
-        Node {
-            metadata: ObjectMeta {
-                name: Some("n".into()),
-                resource_version: Some("7".into()),
-                labels: Some(map(labels)),
-                annotations: Some(map(annotations)),
-                ..ObjectMeta::default()
-            },
-            spec: Some(NodeSpec {
+        NodeBuilder::new("n")
+            .resource_version("7")
+            .labels(labels.iter().copied())
+            .annotations(annotations.iter().copied())
+            .spec(NodeSpec {
                 taints: Some(taints),
                 ..NodeSpec::default()
-            }),
-            status: Some(NodeStatus::default()),
-        }
+            })
+            .status(NodeStatus::default())
+            .build()
     }
 
     /// Applies a plan to a node as an API server would (merge patches), dropping the resourceVersion precondition.

@@ -418,8 +418,7 @@ pub fn to_report<'a>(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use mcm_api::MachineStatus;
+    use mcm_api::builders::{MachineBuilder, NodeBuilder};
     use pretty_assertions::assert_eq;
 
     use super::*;
@@ -430,17 +429,14 @@ mod tests {
         Timestamp::from_second(1_700_000_000 + seconds).unwrap()
     }
 
+    /// A machine `ns/<name>` with this providerID, and a status only when it has a phase.
     fn machine(name: &str, provider_id: &str, phase: Option<MachinePhase>) -> Machine {
-        let mut m = Machine::default();
-        m.metadata.name = Some(name.into());
-        m.metadata.namespace = Some("ns".into());
-        m.spec.provider_id = provider_id.into();
-        if let Some(phase) = phase {
-            let mut status = MachineStatus::default();
-            status.current_status.phase = Some(phase);
-            m.status = Some(status);
+        let m = MachineBuilder::new(name).namespace("ns").provider_id(provider_id);
+        match phase {
+            Some(phase) => m.phase(phase),
+            None => m,
         }
-        m
+        .build()
     }
 
     fn listed(class: &str, vms: &[(&str, &str)]) -> BTreeMap<String, BTreeMap<String, String>> {
@@ -688,11 +684,10 @@ mod tests {
     }
 
     fn node(name: &str, created: i64) -> Node {
-        let mut n = Node::default();
-        n.metadata.name = Some(name.into());
-        n.metadata.creation_timestamp = Some(Time(at(created)));
-        n.metadata.resource_version = Some("7".into());
-        n
+        NodeBuilder::new(name)
+            .created_at(at(created))
+            .resource_version("7")
+            .build()
     }
 
     fn with_label(mut m: Machine, key: &str, value: &str) -> Machine {

@@ -194,26 +194,36 @@ pub fn missing_secrets(
     default_namespace: &str,
     exists: impl Fn(&str, &str) -> bool,
 ) -> Vec<MissingSecret> {
-    SecretField::ALL
-        .into_iter()
-        .filter_map(|field| {
-            let reference = match field {
-                SecretField::SecretRef => class.secret_ref.as_ref(),
-                SecretField::CredentialsSecretRef => class.credentials_secret_ref.as_ref(),
-            }?;
-            let name = reference.name.as_deref().filter(|n| !n.is_empty())?;
-            let namespace = reference
-                .namespace
-                .as_deref()
-                .filter(|n| !n.is_empty())
-                .unwrap_or(default_namespace);
-            (!exists(namespace, name)).then(|| MissingSecret {
-                field,
-                name: name.to_owned(),
-                namespace: namespace.to_owned(),
-            })
+    secret_references(class, default_namespace)
+        .filter(|(_, namespace, name)| !exists(namespace, name))
+        .map(|(field, namespace, name)| MissingSecret {
+            field,
+            name: name.to_owned(),
+            namespace: namespace.to_owned(),
         })
         .collect()
+}
+
+/// The Secrets a class refers to, as `(field, namespace, name)` in field order: `secretRef`, then
+/// `credentialsSecretRef`, whose keys win when the two are merged into the secret a provider gets. A reference
+/// without a name is left out (validation reports it); one without a namespace means `default_namespace`.
+pub fn secret_references<'a>(
+    class: &'a MachineClass,
+    default_namespace: &'a str,
+) -> impl Iterator<Item = (SecretField, &'a str, &'a str)> + 'a {
+    SecretField::ALL.into_iter().filter_map(move |field| {
+        let reference = match field {
+            SecretField::SecretRef => class.secret_ref.as_ref(),
+            SecretField::CredentialsSecretRef => class.credentials_secret_ref.as_ref(),
+        }?;
+        let name = reference.name.as_deref().filter(|n| !n.is_empty())?;
+        let namespace = reference
+            .namespace
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .unwrap_or(default_namespace);
+        Some((field, namespace, name))
+    })
 }
 
 #[cfg(test)]
@@ -296,6 +306,29 @@ mod tests {
             [r#"credentialsSecretRef: Secret "creds" not found in namespace "infra""#]
         );
         assert!(missing_secrets(&class, "default", |_, _| true).is_empty());
+    }
+
+    #[test]
+    fn secret_references_come_in_merge_order_with_the_namespace_defaulted() {
+        let class: MachineClass = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "c" },
+            "providerSpec": {},
+            "secretRef": { "name": "boot", "namespace": "" },
+            "credentialsSecretRef": { "name": "creds", "namespace": "infra" }
+        }))
+        .unwrap();
+        assert_eq!(
+            secret_references(&class, "default").collect::<Vec<_>>(),
+            [
+                (SecretField::SecretRef, "default", "boot"),
+                (SecretField::CredentialsSecretRef, "infra", "creds")
+            ]
+        );
+        let nameless: MachineClass = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "c" }, "providerSpec": {}, "secretRef": { "namespace": "infra" }
+        }))
+        .unwrap();
+        assert_eq!(secret_references(&nameless, "default").count(), 0);
     }
 
     #[test]

@@ -2,8 +2,8 @@
 
 use k8s_openapi::{
     api::core::v1::{
-        AttachedVolume, Node, NodeCondition, NodeSpec, NodeStatus, PersistentVolumeClaimVolumeSource, Pod,
-        PodSpec, PodStatus, Taint, Volume,
+        AttachedVolume, Container, Node, NodeCondition, NodeSpec, NodeStatus,
+        PersistentVolumeClaimVolumeSource, Pod, PodCondition, PodSpec, PodStatus, Taint, Volume,
     },
     apimachinery::pkg::apis::meta::v1::Time,
     jiff::Timestamp,
@@ -21,17 +21,22 @@ builder!(
 impl NodeBuilder {
     /// Adds a condition of `type_` with `status` (`True`, `False`, `Unknown`), last changed at `since`.
     #[must_use]
-    pub fn condition(mut self, type_: &str, status: &str, since: Option<Timestamp>) -> Self {
-        self.status_mut()
-            .conditions
-            .get_or_insert_default()
-            .push(NodeCondition {
-                type_: type_.to_owned(),
-                status: status.to_owned(),
-                last_transition_time: since.map(Time),
-                ..NodeCondition::default()
-            });
-        self
+    pub fn condition(self, type_: &str, status: &str, since: Option<Timestamp>) -> Self {
+        self.with_condition(NodeCondition {
+            last_transition_time: since.map(Time),
+            ..node_condition(type_, status)
+        })
+    }
+
+    /// Adds a condition as a kubelet posts it: `type_` with `status` and `reason`, its heartbeat at `heartbeat`
+    /// (`lastHeartbeatTime`, what the node lifecycle controller reads) and no transition time.
+    #[must_use]
+    pub fn heartbeat(self, type_: &str, status: &str, reason: &str, heartbeat: Timestamp) -> Self {
+        self.with_condition(NodeCondition {
+            reason: Some(reason.to_owned()),
+            last_heartbeat_time: Some(Time(heartbeat)),
+            ..node_condition(type_, status)
+        })
     }
 
     /// Sets the conditions to exactly `conditions`.
@@ -87,12 +92,29 @@ impl NodeBuilder {
         self
     }
 
+    fn with_condition(mut self, condition: NodeCondition) -> Self {
+        self.status_mut()
+            .conditions
+            .get_or_insert_default()
+            .push(condition);
+        self
+    }
+
     fn spec_mut(&mut self) -> &mut NodeSpec {
         self.node.spec.get_or_insert_default()
     }
 
     fn status_mut(&mut self) -> &mut NodeStatus {
         self.node.status.get_or_insert_default()
+    }
+}
+
+/// A node condition of `type_` with `status` and nothing else.
+fn node_condition(type_: &str, status: &str) -> NodeCondition {
+    NodeCondition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        ..NodeCondition::default()
     }
 }
 
@@ -107,6 +129,24 @@ impl PodBuilder {
     #[must_use]
     pub fn node(mut self, node: &str) -> Self {
         self.spec_mut().node_name = Some(node.to_owned());
+        self
+    }
+
+    /// Adds a container `name` running `image` (the API server stores no pod without one).
+    #[must_use]
+    pub fn container(mut self, name: &str, image: &str) -> Self {
+        self.spec_mut().containers.push(Container {
+            name: name.to_owned(),
+            image: Some(image.to_owned()),
+            ..Container::default()
+        });
+        self
+    }
+
+    /// Sets `spec.terminationGracePeriodSeconds`: how long the pod may take to stop once deleted.
+    #[must_use]
+    pub fn grace_period(mut self, seconds: i64) -> Self {
+        self.spec_mut().termination_grace_period_seconds = Some(seconds);
         self
     }
 
@@ -134,11 +174,29 @@ impl PodBuilder {
     /// Sets `status.phase` (`Pending`, `Running`, `Succeeded`, `Failed`).
     #[must_use]
     pub fn phase(mut self, phase: &str) -> Self {
-        self.pod.status.get_or_insert_with(PodStatus::default).phase = Some(phase.to_owned());
+        self.status_mut().phase = Some(phase.to_owned());
+        self
+    }
+
+    /// Adds a pod condition: `Ready` `True` is what a disruption budget counts as healthy.
+    #[must_use]
+    pub fn condition(mut self, type_: &str, status: &str) -> Self {
+        self.status_mut()
+            .conditions
+            .get_or_insert_default()
+            .push(PodCondition {
+                type_: type_.to_owned(),
+                status: status.to_owned(),
+                ..PodCondition::default()
+            });
         self
     }
 
     fn spec_mut(&mut self) -> &mut PodSpec {
         self.pod.spec.get_or_insert_default()
+    }
+
+    fn status_mut(&mut self) -> &mut PodStatus {
+        self.pod.status.get_or_insert_default()
     }
 }

@@ -144,13 +144,20 @@ fn nodes_and_pods_are_the_manifests_their_calls_describe() {
         .provider_id("sim:///pool/n1")
         .taint("k", Some("v"), "NoSchedule")
         .condition("Ready", "True", Some(at(0)))
+        .heartbeat("MemoryPressure", "False", "KubeletHasSufficientMemory", at(60))
         .attached_volume("vol-1")
         .build();
     let manifest: Node = serde_json::from_value(json!({
         "metadata": { "name": "n1", "resourceVersion": "7" },
         "spec": { "providerID": "sim:///pool/n1", "taints": [{ "key": "k", "value": "v", "effect": "NoSchedule" }] },
         "status": {
-            "conditions": [{ "type": "Ready", "status": "True", "lastTransitionTime": "1970-01-01T00:00:00Z" }],
+            "conditions": [
+                { "type": "Ready", "status": "True", "lastTransitionTime": "1970-01-01T00:00:00Z" },
+                {
+                    "type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory",
+                    "lastHeartbeatTime": "1970-01-01T00:01:00Z"
+                }
+            ],
             "volumesAttached": [{ "name": "vol-1", "devicePath": "" }]
         }
     }))
@@ -161,16 +168,20 @@ fn nodes_and_pods_are_the_manifests_their_calls_describe() {
         .namespace("default")
         .node("n1")
         .priority(10)
+        .container("c", "busybox")
+        .grace_period(5)
         .claim("data")
         .phase("Running")
+        .condition("Ready", "True")
         .build();
     let manifest: Pod = serde_json::from_value(json!({
         "metadata": { "name": "web", "namespace": "default" },
         "spec": {
-            "nodeName": "n1", "priority": 10, "containers": [],
+            "nodeName": "n1", "priority": 10, "containers": [{ "name": "c", "image": "busybox" }],
+            "terminationGracePeriodSeconds": 5,
             "volumes": [{ "name": "vol-data", "persistentVolumeClaim": { "claimName": "data" } }]
         },
-        "status": { "phase": "Running" }
+        "status": { "phase": "Running", "conditions": [{ "type": "Ready", "status": "True" }] }
     }))
     .unwrap();
     assert_eq!(pod, manifest);

@@ -1,7 +1,7 @@
 //! Unit tests of the metrics, one concern per file in `tests/`; the cache and text helpers they share are here.
 
 use kube::{Resource, runtime::reflector::Store};
-use mcm_api::Machine;
+use mcm_api::builders::MachineBuilder;
 
 mod caches;
 mod driver;
@@ -23,8 +23,9 @@ where
     store
 }
 
-fn machine(value: serde_json::Value) -> Machine {
-    serde_json::from_value(value).expect("a machine")
+/// A machine `ns/<name>`.
+fn machine(name: &str) -> MachineBuilder {
+    MachineBuilder::new(name).namespace("ns")
 }
 
 /// The lines of `text` that start with `prefix`.

@@ -583,17 +583,42 @@ impl Cluster {
         .await;
     }
 
-    /// The core/v1 Events about a machine.
-    pub async fn events_of(&self, machine: &str) -> Vec<Event> {
-        Api::<Event>::namespaced(self.client.clone(), NAMESPACE)
-            .list(&ListParams::default())
+    /// The core/v1 Events about the object `name` (of any kind).
+    pub async fn events_of(&self, name: &str) -> Vec<Event> {
+        events_in(&self.client)
             .await
-            .expect("events are listed")
-            .items
             .into_iter()
-            .filter(|e| e.involved_object.name.as_deref() == Some(machine))
+            .filter(|e| e.involved_object.name.as_deref() == Some(name))
             .collect()
     }
+
+    /// The core/v1 Events about the object `name` with `reason`, of `kind` when one is given.
+    pub async fn events_for(&self, kind: Option<&str>, name: &str, reason: &str) -> Vec<Event> {
+        events_for(&self.client, kind, name, reason).await
+    }
+}
+
+/// Every core/v1 Event in the test namespace.
+pub async fn events_in(client: &Client) -> Vec<Event> {
+    Api::<Event>::namespaced(client.clone(), NAMESPACE)
+        .list(&ListParams::default())
+        .await
+        .expect("events are listed")
+        .items
+}
+
+/// The core/v1 Events about the object `name` with `reason`, of `kind` when one is given: what a user reads with
+/// `kubectl get events --field-selector involvedObject.name=...`.
+pub async fn events_for(client: &Client, kind: Option<&str>, name: &str, reason: &str) -> Vec<Event> {
+    events_in(client)
+        .await
+        .into_iter()
+        .filter(|e| {
+            kind.is_none_or(|kind| e.involved_object.kind.as_deref() == Some(kind))
+                && e.involved_object.name.as_deref() == Some(name)
+                && e.reason.as_deref() == Some(reason)
+        })
+        .collect()
 }
 
 /// Polls `check` until it gives a value; panics naming `what` after [`DEADLINE`].

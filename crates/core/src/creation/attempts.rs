@@ -107,7 +107,7 @@ impl Attempts {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use mcm_api::builders::MachineBuilder;
 
     use super::*;
 
@@ -118,10 +118,7 @@ mod tests {
     const CREATED: i64 = 1_000_000;
 
     fn machine() -> Machine {
-        let mut m = Machine::default();
-        m.metadata.name = Some("m-1".into());
-        m.metadata.creation_timestamp = Some(Time(at(CREATED)));
-        m
+        MachineBuilder::new("m-1").created_at(at(CREATED)).build()
     }
 
     fn back_off(seconds: u64) -> RetryDecision {

@@ -6,6 +6,7 @@ use jiff::Timestamp;
 use k8s_openapi::{api::core::v1::NodeAddress, apimachinery::pkg::apis::meta::v1::Time};
 use mcm_api::{
     Machine, MachineOperationType, MachinePhase, MachineState, MachineStatus,
+    builders::MachineBuilder,
     keys::{annotations, labels},
 };
 use mcm_driver::{
@@ -29,11 +30,10 @@ fn at(second: i64) -> Timestamp {
 const CREATED: i64 = 1_000_000;
 
 fn new_machine() -> Machine {
-    let mut m = Machine::default();
-    m.metadata.name = Some("m-1".into());
-    m.metadata.namespace = Some("ns".into());
-    m.metadata.creation_timestamp = Some(Time(at(CREATED)));
-    m
+    MachineBuilder::new("m-1")
+        .namespace("ns")
+        .created_at(at(CREATED))
+        .build()
 }
 
 fn with_phase(mut m: Machine, phase: MachinePhase, description: &str) -> Machine {

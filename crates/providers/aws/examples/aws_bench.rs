@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use mcm_api::{Machine, MachineClass};
+use mcm_api::builders::{MachineBuilder, MachineClassBuilder};
 use mcm_driver::{CreateMachineRequest, DeleteMachineRequest, Driver};
 use mcm_provider_aws::testing::{Moto, provider_spec};
 use mcm_provider_aws::{AwsConfig, AwsDriver};
@@ -34,22 +34,22 @@ async fn main() {
         ec2_endpoint: Some(moto.endpoint.clone()),
         ..AwsConfig::default()
     });
-    let class: MachineClass = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "bench", "namespace": "default"}, "provider": "AWS",
-        "providerSpec": provider_spec(&network)
-    }))
-    .unwrap();
+    let class = MachineClassBuilder::new("bench")
+        .namespace("default")
+        .provider("AWS")
+        .provider_spec(provider_spec(&network))
+        .build();
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "bench"},
         "stringData": {"accessKeyID": "AKIA", "secretAccessKey": "x", "userData": "#!/bin/sh\n"}
     }))
     .unwrap();
-    let machine = |i: usize, provider_id: &str| -> Machine {
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"name": format!("bench-{i}"), "namespace": "default", "uid": format!("u-{i}")},
-            "spec": {"providerID": provider_id}
-        }))
-        .unwrap()
+    let machine = |i: usize, provider_id: &str| {
+        MachineBuilder::new(&format!("bench-{i}"))
+            .namespace("default")
+            .uid(&format!("u-{i}"))
+            .provider_id(provider_id)
+            .build()
     };
     let mut creates = Vec::new();
     let mut ids = Vec::new();

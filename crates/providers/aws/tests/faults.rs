@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use mcm_api::{Machine, MachineClass};
+use mcm_api::builders::{MachineBuilder, MachineClassBuilder};
 use mcm_driver::{CreateMachineRequest, DeleteMachineRequest, Driver, DriverError, MachineCode};
 use mcm_provider_aws::testing::{FakeEc2, IMAGE, LAUNCHED, NO_INSTANCES, Reply, error_xml};
 use mcm_provider_aws::{AwsConfig, AwsDriver, RetryPolicy};
@@ -31,25 +31,25 @@ fn driver(endpoint: &str, attempts: u32) -> AwsDriver {
 }
 
 fn request() -> CreateMachineRequest {
-    let class: MachineClass = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "c", "namespace": "default"}, "provider": "AWS",
-        "providerSpec": {
+    let class = MachineClassBuilder::new("c")
+        .namespace("default")
+        .provider("AWS")
+        .provider_spec(serde_json::json!({
             "ami": "ami-1", "region": "eu-west-1", "machineType": "m5.large", "iam": {"name": "p"},
             "networkInterfaces": [{"subnetID": "subnet-1", "securityGroupIDs": ["sg-1"]}],
             "tags": {"kubernetes.io/cluster/c": "1", "kubernetes.io/role/node": "1"}
-        }
-    }))
-    .unwrap();
+        }))
+        .build();
     let secret: Secret = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "s", "namespace": "default"},
         "stringData": {"accessKeyID": "AKIAFAKE", "secretAccessKey": SECRET_KEY, "userData": USER_DATA}
     }))
     .unwrap();
-    let machine: Machine = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "m-0", "namespace": "default", "uid": "u-1"},
-        "spec": {"class": {"kind": "MachineClass", "name": "c"}}
-    }))
-    .unwrap();
+    let machine = MachineBuilder::new("m-0")
+        .namespace("default")
+        .uid("u-1")
+        .class("c")
+        .build();
     CreateMachineRequest {
         machine,
         machine_class: class,

@@ -7,7 +7,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{
     AWSElasticBlockStoreVolumeSource, CSIPersistentVolumeSource, PersistentVolumeSpec, Secret,
 };
-use mcm_api::{Machine, MachineClass};
+use mcm_api::{
+    Machine, MachineClass,
+    builders::{MachineBuilder, MachineClassBuilder},
+};
 use mcm_driver::{
     CreateMachineRequest, DeleteMachineRequest, Driver, GetMachineStatusRequest, GetVolumeIdsRequest,
     InitializeMachineRequest, ListMachinesRequest, MachineCode,
@@ -46,13 +49,12 @@ async fn fixture(page_size: u32) -> Fixture {
 }
 
 fn class(spec: &serde_json::Value) -> MachineClass {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineClass",
-        "metadata": {"name": "aws-class", "namespace": "default"},
-        "provider": "AWS", "providerSpec": spec.clone(),
-        "secretRef": {"name": "aws-secret", "namespace": "default"}
-    }))
-    .unwrap()
+    MachineClassBuilder::new("aws-class")
+        .namespace("default")
+        .provider("AWS")
+        .provider_spec(spec.clone())
+        .secret_ref("aws-secret", "default")
+        .build()
 }
 
 fn secret() -> Secret {
@@ -68,11 +70,12 @@ fn secret() -> Secret {
 }
 
 fn machine(name: &str, provider_id: &str) -> Machine {
-    serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
-        "spec": {"providerID": provider_id, "class": {"kind": "MachineClass", "name": "aws-class"}}
-    }))
-    .unwrap()
+    MachineBuilder::new(name)
+        .namespace("default")
+        .uid(&format!("uid-{name}"))
+        .provider_id(provider_id)
+        .class("aws-class")
+        .build()
 }
 
 impl Fixture {

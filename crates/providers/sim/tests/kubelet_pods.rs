@@ -15,6 +15,7 @@ use kube::{
     Api, ResourceExt as _,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
+use mcm_api::builders::PodBuilder;
 use mcm_driver::{Driver as _, GetVolumeIdsRequest};
 use mcm_provider_sim::{AGENT_TERMINATES_PODS, CSI_DRIVER, Kubelet, KubeletConfig, KubeletHandle, SimDriver};
 use pretty_assertions::assert_eq;
@@ -53,21 +54,14 @@ fn attachments(server: &TestServer) -> Api<VolumeAttachment> {
 
 /// A pod bound to `node` with a grace period of `grace` seconds, using these claims.
 async fn create_pod(server: &TestServer, name: &str, node: &str, grace: i64, claims: &[&str]) -> Pod {
-    let volumes: Vec<_> = claims
+    let pod = claims
         .iter()
-        .enumerate()
-        .map(|(i, claim)| json!({ "name": format!("v{i}"), "persistentVolumeClaim": { "claimName": claim } }))
-        .collect();
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": { "name": name, "namespace": "default" },
-        "spec": {
-            "nodeName": node,
-            "terminationGracePeriodSeconds": grace,
-            "containers": [{ "name": "c", "image": "busybox" }],
-            "volumes": volumes,
-        }
-    }))
-    .unwrap();
+        .fold(PodBuilder::new(name), |pod, claim| pod.claim(claim))
+        .namespace("default")
+        .node(node)
+        .grace_period(grace)
+        .container("c", "busybox")
+        .build();
     pods(server).create(&PostParams::default(), &pod).await.unwrap()
 }
 

@@ -1,5 +1,6 @@
 //! The gauges read from the machine, machine set and machine deployment caches, encoded as the reference does.
 
+use k8s_openapi::api::core::v1::NodeCondition;
 use mcm_api::{MachineDeployment, MachinePhase, MachineSet};
 
 use super::{lines, machine, store_of};
@@ -20,28 +21,29 @@ fn phases_are_encoded_as_the_reference_does() {
 fn machine_info_and_conditions_are_read_from_the_cache() {
     let metrics = Metrics::new();
     metrics.attach_machines(store_of(vec![
-        machine(serde_json::json!({
-            "metadata": {
-                "name": "m1", "namespace": "ns", "creationTimestamp": "2024-01-02T03:04:05Z",
-                "labels": { "node": "node-1", "name": "pool" }
-            },
-            "spec": {
-                "class": { "apiGroup": "machine.sapcloud.io", "kind": "MachineClass", "name": "small" },
-                "providerID": "sim://pool/1"
-            },
-            "status": {
-                "currentStatus": { "phase": "Running" },
-                "conditions": [
-                    { "type": "Ready", "status": "True" },
-                    { "type": "DiskPressure", "status": "False" },
-                    { "type": "NetworkUnavailable", "status": "Unknown" }
+        machine("m1")
+            .created_at("2024-01-02T03:04:05Z".parse().unwrap())
+            .node("node-1")
+            .label("name", "pool")
+            .class("small")
+            .with(|m| "machine.sapcloud.io".clone_into(&mut m.spec.class.api_group))
+            .provider_id("sim://pool/1")
+            .phase(MachinePhase::Running)
+            .conditions(
+                [
+                    ("Ready", "True"),
+                    ("DiskPressure", "False"),
+                    ("NetworkUnavailable", "Unknown"),
                 ]
-            }
-        })),
-        machine(serde_json::json!({
-            "metadata": { "name": "m2", "namespace": "ns" },
-            "spec": { "class": { "kind": "MachineClass", "name": "small" } }
-        })),
+                .map(|(type_, status)| NodeCondition {
+                    type_: type_.to_owned(),
+                    status: status.to_owned(),
+                    ..NodeCondition::default()
+                })
+                .to_vec(),
+            )
+            .build(),
+        machine("m2").class("small").build(),
     ]));
     let text = metrics.encode();
     assert!(text.contains("mcm_machine_items_total 2\n"), "{text}");

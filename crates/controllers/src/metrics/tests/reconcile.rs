@@ -31,9 +31,9 @@ fn requeues_are_read_from_actions() {
 #[test]
 fn the_meter_counts_reconciles_and_follows_the_queue() {
     let metrics = Arc::new(Metrics::new());
-    let m1 = machine(serde_json::json!({ "metadata": { "name": "m1", "namespace": "ns" } }));
-    let m2 = machine(serde_json::json!({ "metadata": { "name": "m2", "namespace": "ns" } }));
-    let gone = machine(serde_json::json!({ "metadata": { "name": "gone", "namespace": "ns" } }));
+    let m1 = machine("m1").build();
+    let m2 = machine("m2").build();
+    let gone = machine("gone").build();
     let store = store_of(vec![m1.clone(), m2.clone()]);
     let meter = Metrics::reconcile_meter(Some(&metrics), "machine", &store);
 
@@ -90,7 +90,7 @@ fn the_meter_counts_reconciles_and_follows_the_queue() {
 #[tokio::test]
 async fn the_wrapped_reconciler_is_metered() {
     let metrics = Arc::new(Metrics::new());
-    let m1 = machine(serde_json::json!({ "metadata": { "name": "m1", "namespace": "ns" } }));
+    let m1 = machine("m1").build();
     let store = store_of(vec![m1.clone()]);
     let meter = Metrics::reconcile_meter(Some(&metrics), "machineset", &store);
     let mut reconcile = meter.reconcile(|machine: Arc<Machine>, _: Arc<()>| async move {
@@ -101,7 +101,7 @@ async fn the_wrapped_reconciler_is_metered() {
         }
     });
     assert!(reconcile(Arc::new(m1), Arc::new(())).await.is_ok());
-    let other = machine(serde_json::json!({ "metadata": { "name": "m2", "namespace": "ns" } }));
+    let other = machine("m2").build();
     assert!(reconcile(Arc::new(other), Arc::new(())).await.is_err());
     let text = metrics.encode();
     assert!(

@@ -2,8 +2,11 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
-use mcm_api::MachineClass;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use mcm_api::{
+    MachineClass, NodeTemplateSpec,
+    builders::{MachineBuilder, NodeBuilder},
+};
 
 use super::{lines, machine};
 use crate::metrics::{MachineStep, Metrics, placement};
@@ -11,24 +14,28 @@ use crate::metrics::{MachineStep, Metrics, placement};
 #[test]
 fn step_gauges_are_set_per_deployment_and_placement() {
     let metrics = Metrics::new();
-    let m = machine(serde_json::json!({
-        "metadata": { "name": "m1", "namespace": "ns", "labels": { "name": "pool" } },
-        "spec": {
-            "class": { "kind": "MachineClass", "name": "small" },
-            "nodeTemplate": { "metadata": { "labels": { "topology.kubernetes.io/zone": "zone-b" } } }
-        }
-    }));
+    let m = machine("m1")
+        .label("name", "pool")
+        .class("small")
+        .with(|m| {
+            m.spec.node_template = Some(NodeTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some([("topology.kubernetes.io/zone".to_owned(), "zone-b".to_owned())].into()),
+                    ..ObjectMeta::default()
+                }),
+                spec: None,
+            });
+        })
+        .build();
     let class: MachineClass = serde_json::from_value(serde_json::json!({
         "metadata": { "name": "small", "namespace": "ns" },
         "nodeTemplate": { "capacity": {}, "instanceType": "m5.large", "region": "r", "zone": "zone-c" }
     }))
     .unwrap();
-    let node: Node = serde_json::from_value(serde_json::json!({
-        "metadata": { "name": "node-1", "labels": {
-            "node.kubernetes.io/instance-type": "small", "topology.kubernetes.io/zone": "zone-a"
-        } }
-    }))
-    .unwrap();
+    let node = NodeBuilder::new("node-1")
+        .label("node.kubernetes.io/instance-type", "small")
+        .label("topology.kubernetes.io/zone", "zone-a")
+        .build();
     // Before the node exists: the class's instance type and the machine's zone label.
     metrics.machine_step(
         MachineStep::Create,
@@ -77,7 +84,7 @@ fn step_gauges_are_set_per_deployment_and_placement() {
     metrics.machine_failed_join(&m, None, Some(&class));
     metrics.machine_failed_join(&m, None, Some(&class));
     // A machine of no deployment is not recorded.
-    let standalone = machine(serde_json::json!({ "metadata": { "name": "single", "namespace": "ns" } }));
+    let standalone = machine("single").build();
     metrics.machine_step(
         MachineStep::Create,
         &standalone,
@@ -113,7 +120,7 @@ fn step_gauges_are_set_per_deployment_and_placement() {
 
 #[test]
 fn placement_prefers_the_node_then_the_templates() {
-    let m = machine(serde_json::json!({ "metadata": { "name": "m1" } }));
+    let m = MachineBuilder::new("m1").build();
     assert_eq!(placement(&m, None, None), (String::new(), String::new()));
     let class: MachineClass = serde_json::from_value(serde_json::json!({
         "metadata": { "name": "small" },
@@ -124,8 +131,7 @@ fn placement_prefers_the_node_then_the_templates() {
         placement(&m, None, Some(&class)),
         ("m5.large".to_owned(), "zone-c".to_owned())
     );
-    let unlabelled: Node =
-        serde_json::from_value(serde_json::json!({ "metadata": { "name": "n" } })).unwrap();
+    let unlabelled = NodeBuilder::new("n").build();
     assert_eq!(
         placement(&m, Some(&unlabelled), Some(&class)),
         ("m5.large".to_owned(), "zone-c".to_owned())

@@ -46,7 +46,7 @@ fn expression(key: &str, operator: &str, values: &[&str]) -> LabelSelector {
 
 #[test]
 fn pdbs_match_by_namespace_and_selector() {
-    let web = labelled(labelled(pod("web"), "app", "web"), "tier", "front");
+    let web = bound("web").label("app", "web").label("tier", "front").build();
     let mut other_namespace = pdb("elsewhere", Some(match_labels(&[("app", "web")])));
     other_namespace.metadata.namespace = Some("kube-system".into());
     let pdbs = [
@@ -115,7 +115,7 @@ fn misconfigured_pdbs_are_those_that_can_never_allow_a_disruption() {
 
 #[test]
 fn a_blocked_drain_names_the_pod_and_the_pdb() {
-    let web = labelled(pod("web-0"), "app", "web");
+    let web = bound("web-0").label("app", "web").build();
     let pdbs = [
         with_status(pdb("a-budget", Some(match_labels(&[("app", "web")]))), 3, 2, 0),
         with_status(pdb("web-pdb", Some(match_labels(&[("app", "web")]))), 3, 3, 0),

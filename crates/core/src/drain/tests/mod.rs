@@ -6,11 +6,9 @@ mod outcome;
 mod pod_selection;
 mod volumes;
 
-use std::collections::BTreeMap;
-
 use jiff::Timestamp;
 use k8s_openapi::{
-    api::core::v1::{NodeCondition, PersistentVolumeClaimVolumeSource, Pod, PodSpec, Volume},
+    api::core::v1::{NodeCondition, Pod},
     apimachinery::pkg::apis::meta::v1::Time,
 };
 use mcm_api::{
@@ -44,41 +42,16 @@ fn condition(type_: &str, status: &str, since: Option<i64>) -> NodeCondition {
     }
 }
 
-fn pod(name: &str) -> Pod {
+/// A pod `default/<name>` bound to `node-1`, to add to before building.
+fn bound(name: &str) -> PodBuilder {
     PodBuilder::new(name)
         .namespace("default")
         .uid(&format!("uid-{name}"))
         .node("node-1")
-        .build()
 }
 
-fn labelled(mut p: Pod, key: &str, value: &str) -> Pod {
-    p.metadata
-        .labels
-        .get_or_insert_with(BTreeMap::new)
-        .insert(key.into(), value.into());
-    p
-}
-
-fn with_claim(mut p: Pod, claim: &str) -> Pod {
-    p.spec
-        .get_or_insert_with(PodSpec::default)
-        .volumes
-        .get_or_insert_with(Vec::new)
-        .push(Volume {
-            name: format!("vol-{claim}"),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: claim.into(),
-                read_only: None,
-            }),
-            ..Volume::default()
-        });
-    p
-}
-
-fn with_priority(mut p: Pod, priority: i32) -> Pod {
-    p.spec.get_or_insert_with(PodSpec::default).priority = Some(priority);
-    p
+fn pod(name: &str) -> Pod {
+    bound(name).build()
 }
 
 fn names(pods: &[PodRef]) -> Vec<&str> {

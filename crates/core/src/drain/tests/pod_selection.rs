@@ -26,7 +26,7 @@ fn mirror_daemonset_and_skip_pods_are_left_alone() {
         name: "agent".into(),
         ..OwnerReference::default()
     }]);
-    let skip = labelled(pod("skip"), extensions::DRAIN_LABEL, "skip");
+    let skip = bound("skip").label(extensions::DRAIN_LABEL, "skip").build();
     // An owner that is not the controller does not make a DaemonSet pod.
     let mut owned = pod("owned");
     owned.metadata.owner_references = Some(vec![OwnerReference {
@@ -52,15 +52,19 @@ fn mirror_daemonset_and_skip_pods_are_left_alone() {
 
 #[test]
 fn wait_completed_and_terminating_pods_are_waited_for_not_evicted() {
-    let job = labelled(pod("job"), extensions::DRAIN_LABEL, "wait-completed");
-    let mut done = labelled(pod("done"), extensions::DRAIN_LABEL, "wait-completed");
+    let job = bound("job")
+        .label(extensions::DRAIN_LABEL, "wait-completed")
+        .build();
+    let mut done = bound("done")
+        .label(extensions::DRAIN_LABEL, "wait-completed")
+        .build();
     done.status = Some(PodStatus {
         phase: Some("Succeeded".into()),
         ..PodStatus::default()
     });
     let mut leaving = pod("leaving");
     leaving.metadata.deletion_timestamp = Some(Time(at(5)));
-    let other_value = labelled(pod("other"), extensions::DRAIN_LABEL, "please");
+    let other_value = bound("other").label(extensions::DRAIN_LABEL, "please").build();
     let drain = plan("node-1", &[job, done, leaving, other_value]);
     assert_eq!(
         drain
@@ -103,13 +107,13 @@ fn pods_with_claims_are_serial_by_priority_and_others_parallel() {
         ephemeral: Some(EphemeralVolumeSource::default()),
         ..Volume::default()
     }]);
-    let mut elsewhere = with_claim(pod("elsewhere"), "c");
+    let mut elsewhere = bound("elsewhere").claim("c").build();
     elsewhere.spec.as_mut().unwrap().node_name = Some("node-2".into());
     let pods = vec![
-        with_priority(with_claim(pod("db-b"), "b"), 10),
-        with_claim(pod("db-none"), "n"),
-        with_priority(with_claim(pod("db-a"), "a"), 10),
-        with_priority(with_claim(pod("db-high"), "h"), 1000),
+        bound("db-b").claim("b").priority(10).build(),
+        bound("db-none").claim("n").build(),
+        bound("db-a").claim("a").priority(10).build(),
+        bound("db-high").claim("h").priority(1000).build(),
         pod("web-2"),
         pod("web-1"),
         ephemeral,
@@ -170,9 +174,8 @@ proptest! {
             .iter()
             .enumerate()
             .map(|(i, (n, priority, pvc))| {
-                let mut p = pod(&format!("p{n}-{i}"));
-                p.spec.as_mut().unwrap().priority = *priority;
-                if *pvc { with_claim(p, "c") } else { p }
+                let p = bound(&format!("p{n}-{i}")).with(|p| p.spec.get_or_insert_default().priority = *priority);
+                if *pvc { p.claim("c") } else { p }.build()
             })
             .collect();
         let drain = plan("node-1", &pods);

@@ -4,13 +4,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::{
-        core::v1::{AttachedVolume, Node, NodeStatus},
+        core::v1::Node,
         storage::v1::{
             VolumeAttachment, VolumeAttachmentSource, VolumeAttachmentSpec, VolumeAttachmentStatus,
         },
     },
     apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
 };
+use mcm_api::builders::NodeBuilder;
 use pretty_assertions::assert_eq;
 
 use super::*;
@@ -25,9 +26,9 @@ fn claim_map(entries: &[(&str, &str)]) -> BTreeMap<(String, String), String> {
 #[test]
 fn shared_volumes_are_not_tracked() {
     // Reference: "PVs shared by more than one pod on the node are not tracked".
-    let a = with_claim(with_claim(pod("a"), "data-a"), "shared");
-    let b = with_claim(pod("b"), "shared");
-    let unbound = with_claim(pod("c"), "pending");
+    let a = bound("a").claim("data-a").claim("shared").build();
+    let b = bound("b").claim("shared").build();
+    let unbound = bound("c").claim("pending").build();
     let pods = [a.clone(), b, unbound.clone()];
     let map = claim_map(&[("data-a", "pv-a"), ("shared", "pv-s")]);
     assert_eq!(pvs_to_track(&a, &pods, &map), ["pv-a"]);
@@ -39,22 +40,14 @@ fn shared_volumes_are_not_tracked() {
     assert_eq!(pvs_to_track(&a, std::slice::from_ref(&a), &map), ["pv-a", "pv-s"]);
 }
 
+/// A node reporting `names` attached (`status.volumesAttached`).
 fn node_with_volumes(names: &[&str]) -> Node {
-    Node {
-        status: Some(NodeStatus {
-            volumes_attached: Some(
-                names
-                    .iter()
-                    .map(|n| AttachedVolume {
-                        name: (*n).into(),
-                        device_path: String::new(),
-                    })
-                    .collect(),
-            ),
-            ..NodeStatus::default()
-        }),
-        ..Node::default()
-    }
+    names
+        .iter()
+        .fold(NodeBuilder::new("node-1"), |node, name| {
+            node.attached_volume(name)
+        })
+        .build()
 }
 
 #[test]
