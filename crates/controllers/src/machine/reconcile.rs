@@ -11,32 +11,15 @@ pub(super) fn merged_secret(
     ctx: &Context,
     class: &MachineClass,
 ) -> (Secret, Vec<descriptions::MissingSecret>) {
-    let mut data: BTreeMap<String, ByteString> = BTreeMap::new();
-    for reference in [&class.secret_ref, &class.credentials_secret_ref]
-        .into_iter()
-        .flatten()
-    {
-        let Some(name) = reference.name.as_deref() else {
-            continue;
-        };
-        let namespace = reference
-            .namespace
-            .clone()
-            .unwrap_or_else(|| ctx.config.namespace.clone());
-        if let Some(secret) = ctx.secrets.get(&ObjectRef::new(name).within(&namespace)) {
-            data.extend(secret.data.clone().unwrap_or_default());
-        }
-    }
+    let secret = crate::secrets::merged(
+        mcm_core::validity::secret_references(class, &ctx.config.namespace)
+            .filter_map(|(_, namespace, name)| ctx.secrets.get(&ObjectRef::new(name).within(namespace)))
+            .map(|secret| (*secret).clone()),
+    );
     let missing = mcm_core::validity::missing_secrets(class, &ctx.config.namespace, |namespace, name| {
         ctx.secrets.get(&ObjectRef::new(name).within(namespace)).is_some()
     });
-    (
-        Secret {
-            data: Some(data),
-            ..Secret::default()
-        },
-        missing,
-    )
+    (secret, missing)
 }
 
 /// A new machine whose class or secret has not been seen yet waits a moment instead of being reported: they
