@@ -25,7 +25,7 @@ use mcm_driver::{DeleteMachineRequest, Driver, GetMachineStatusRequest};
 use serde_json::json;
 
 use crate::{
-    drain::{DrainPass, DrainTracker},
+    drain::{DrainPass, DrainTrackers},
     events::{EventType, Recorder},
     metrics::MachineStep,
 };
@@ -38,7 +38,7 @@ const STEPS_PER_PASS: usize = 12;
 #[derive(Default)]
 pub struct DeletionMemory {
     failures: Mutex<BTreeMap<String, u32>>,
-    drains: Mutex<BTreeMap<String, DrainTracker>>,
+    drains: DrainTrackers,
 }
 
 impl DeletionMemory {
@@ -60,9 +60,7 @@ impl DeletionMemory {
 
     fn forget(&self, machine: &str) {
         self.set_failures(machine, false);
-        if let Ok(mut m) = self.drains.lock() {
-            m.remove(machine);
-        }
+        self.drains.forget(machine);
     }
 }
 
@@ -144,7 +142,7 @@ impl Deletion<'_> {
                     let Some(target) = self.target else {
                         return Ok(Some(Duration::from_secs(5)));
                     };
-                    let mut tracker = self.tracker(&name);
+                    let mut tracker = self.memory.drains.get(&name);
                     let started = *tracker.started.get_or_insert(now);
                     let outcome = DrainPass {
                         target,
@@ -168,9 +166,7 @@ impl Deletion<'_> {
                             metrics.machine_step(MachineStep::Drain, &machine, self.node, self.class, took);
                         }
                     }
-                    if let Ok(mut drains) = self.memory.drains.lock() {
-                        drains.insert(name.clone(), tracker);
-                    }
+                    self.memory.drains.keep(name.clone(), tracker);
                     StepOutcome::Drain {
                         force: mode.force.clone(),
                         outcome,
@@ -267,15 +263,6 @@ impl Deletion<'_> {
             random: pass.random,
             redactor: pass.redactor,
         }
-    }
-
-    fn tracker(&self, machine: &str) -> DrainTracker {
-        self.memory
-            .drains
-            .lock()
-            .ok()
-            .and_then(|m| m.get(machine).cloned())
-            .unwrap_or_default()
     }
 
     /// Writes the status when it changes something, with an Event for a new description. Returns the machine as

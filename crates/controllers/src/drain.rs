@@ -51,6 +51,45 @@ pub struct DrainTracker {
     deleted: usize,
 }
 
+/// The trackers of the drains under way, by machine name, between passes (the deletion flow's, a preserved node's,
+/// an in-place update's). Lost on restart without harm: a drain then starts over.
+#[derive(Debug, Default)]
+pub struct DrainTrackers(std::sync::Mutex<BTreeMap<String, DrainTracker>>);
+
+impl DrainTrackers {
+    /// A copy of the machine's tracker, which stays (a new one when there is none).
+    pub(crate) fn get(&self, machine: &str) -> DrainTracker {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|m| m.get(machine).cloned())
+            .unwrap_or_default()
+    }
+
+    /// The machine's tracker, taken out (a new one when there is none).
+    pub(crate) fn take(&self, machine: &str) -> DrainTracker {
+        self.0
+            .lock()
+            .ok()
+            .and_then(|mut m| m.remove(machine))
+            .unwrap_or_default()
+    }
+
+    /// Keeps `tracker` for the machine's next pass.
+    pub(crate) fn keep(&self, machine: String, tracker: DrainTracker) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(machine, tracker);
+        }
+    }
+
+    /// Forgets the machine's drain.
+    pub(crate) fn forget(&self, machine: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            m.remove(machine);
+        }
+    }
+}
+
 /// What a pass needs.
 pub struct DrainPass<'a> {
     /// The target cluster.

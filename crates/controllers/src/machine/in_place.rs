@@ -5,7 +5,7 @@
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
-use crate::drain::{DrainPass, DrainTracker};
+use crate::drain::DrainPass;
 use mcm_core::{
     drain::{DrainMode, DrainOutcome},
     in_place_update::{self, InPlaceInput, InPlaceStep},
@@ -13,9 +13,6 @@ use mcm_core::{
 
 /// How soon a step whose input is not in the cache yet (our own write on its way) looks again.
 const IN_PLACE_RETRY: Duration = Duration::from_secs(1);
-
-/// Per machine: the drain of its node before an in-place update.
-pub(super) type InPlaceDrains = std::sync::Mutex<BTreeMap<String, DrainTracker>>;
 
 /// Takes the machine's in-place update one step on, as its node's labels and `InPlaceUpdate` condition say; returns
 /// when to look again (a drain under way), `None` when the next step waits for a node event.
@@ -28,7 +25,7 @@ pub(super) async fn manage_in_place_update(
 ) -> Result<Option<Duration>, Error> {
     let name = machine.name_any();
     if !in_place_update::concerns(node) {
-        forget_drain(ctx, &name);
+        ctx.in_place_drains.forget(&name);
         return Ok(None);
     }
     // An earlier step of this reconcile wrote the machine or the node: decide on the versions that follow.
@@ -50,11 +47,11 @@ pub(super) async fn manage_in_place_update(
     });
     match step {
         InPlaceStep::Wait => {
-            forget_drain(ctx, &name);
+            ctx.in_place_drains.forget(&name);
             Ok(None)
         }
         InPlaceStep::Condition(condition) => {
-            forget_drain(ctx, &name);
+            ctx.in_place_drains.forget(&name);
             write_condition(node, &condition, ctx).await?;
             tracing::info!(
                 machine = %name,
@@ -65,12 +62,6 @@ pub(super) async fn manage_in_place_update(
             Ok(None)
         }
         InPlaceStep::Drain(mode) => drain(machine, node, &mode, &effective, ctx, now).await,
-    }
-}
-
-fn forget_drain(ctx: &Context, machine: &str) {
-    if let Ok(mut drains) = ctx.in_place_drains.lock() {
-        drains.remove(machine);
     }
 }
 
@@ -110,12 +101,7 @@ async fn drain(
     };
     let name = machine.name_any();
     let node_name = node.name_any();
-    let mut tracker = ctx
-        .in_place_drains
-        .lock()
-        .ok()
-        .and_then(|mut m| m.remove(&name))
-        .unwrap_or_default();
+    let mut tracker = ctx.in_place_drains.take(&name);
     tracker.started.get_or_insert(now);
     let outcome = DrainPass {
         target,
@@ -159,9 +145,7 @@ async fn drain(
         }
         DrainOutcome::InProgress { .. } => {
             tracing::debug!(machine = %name, node = %node_name, outcome = %outcome, "in-place update: drain in progress");
-            if let Ok(mut drains) = ctx.in_place_drains.lock() {
-                drains.insert(name, tracker);
-            }
+            ctx.in_place_drains.keep(name, tracker);
             Ok(Some(retry))
         }
         other => {

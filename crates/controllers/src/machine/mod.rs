@@ -113,9 +113,9 @@ pub struct Context {
     /// its machine at once instead of scanning every machine (a scan per heartbeat made the cost quadratic in N).
     node_index: NodeIndex,
     /// Per machine: the drain of its node while it is preserved and Failed.
-    preserve_drains: PreserveDrains,
+    preserve_drains: crate::drain::DrainTrackers,
     /// Per machine: the drain of its node before an in-place update.
-    in_place_drains: InPlaceDrains,
+    in_place_drains: crate::drain::DrainTrackers,
 }
 
 /// Node name → machine name (the controller's namespace).

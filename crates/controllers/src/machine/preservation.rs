@@ -5,7 +5,7 @@
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
-use crate::drain::{DrainPass, DrainTracker};
+use crate::drain::DrainPass;
 use mcm_core::{
     drain,
     preservation::{self, Decision, DrainResult, PreservationInput},
@@ -191,12 +191,7 @@ async fn drain_preserved(
         .unwrap_or_default();
     let mode = drain::drain_mode(machine, conditions, now, effective);
     let name = machine.name_any();
-    let mut tracker = ctx
-        .preserve_drains
-        .lock()
-        .ok()
-        .and_then(|mut m| m.remove(&name))
-        .unwrap_or_default();
+    let mut tracker = ctx.preserve_drains.take(&name);
     let started = *tracker.started.get_or_insert(now);
     let timed_out = mcm_core::timeouts::add(started, effective.drain_timeout) <= now;
     let outcome = DrainPass {
@@ -217,9 +212,7 @@ async fn drain_preserved(
             Some(DrainResult::Failed)
         }
         drain::DrainOutcome::InProgress { .. } => {
-            if let Ok(mut m) = ctx.preserve_drains.lock() {
-                m.insert(name.clone(), tracker);
-            }
+            ctx.preserve_drains.keep(name.clone(), tracker);
             None
         }
         other => {
@@ -232,6 +225,3 @@ async fn drain_preserved(
     }
     result
 }
-
-/// What a drain of a preserved node remembers between passes, per machine.
-pub(super) type PreserveDrains = std::sync::Mutex<BTreeMap<String, DrainTracker>>;

@@ -161,8 +161,8 @@ pub async fn run(
         config: config.clone(),
         metrics: metrics.clone(),
         node_index,
-        preserve_drains: PreserveDrains::default(),
-        in_place_drains: InPlaceDrains::default(),
+        preserve_drains: crate::drain::DrainTrackers::default(),
+        in_place_drains: crate::drain::DrainTrackers::default(),
     });
     let shutdown = shutdown.boxed().shared();
     let node_deletion = match (node_deletion, &context.target, &context.nodes) {
