@@ -140,9 +140,11 @@ pub async fn run(
     let node_stream = watcher(Api::<Node>::all(target.clone()), watcher::Config::default())
         .default_backoff()
         .modify(node_metadata)
+        // Nodes deleted outright go to `handle_gone`; nodes being deleted reach the controller through this stream
+        // itself (the outlet's receiver of those is not used here).
         .inspect(move |event| {
-            if let Ok(watcher::Event::Delete(node)) = event {
-                inlet.observe(&watcher::Event::Delete(node.clone()));
+            if let Ok(event) = event {
+                inlet.observe(event);
             }
         })
         .reflect(node_writer)
