@@ -11,7 +11,7 @@ use kube::{
     api::{ListParams, Patch, PatchParams},
     runtime::reflector::{ObjectRef, Store},
 };
-use mcm_api::{Machine, MachineDeployment, MachineSet, MetaExt, keys};
+use mcm_api::{InPlaceUpdateMachineDeployment, Machine, MachineDeployment, MachineSet, MetaExt, keys};
 use mcm_core::rollout::{
     self, Fenceposts, SetView,
     in_place::{
@@ -38,13 +38,13 @@ pub(super) fn decide(
     machines_by_set: &BTreeMap<String, Vec<&Machine>>,
     nodes: &Store<Node>,
 ) -> InPlacePlan {
-    let in_place = deployment
+    let manual = deployment
         .spec
         .strategy
         .in_place_update
-        .clone()
-        .unwrap_or_default();
-    let orchestration = if in_place.is_manual() {
+        .as_ref()
+        .is_some_and(InPlaceUpdateMachineDeployment::is_manual);
+    let orchestration = if manual {
         Orchestration::Manual
     } else {
         Orchestration::Auto

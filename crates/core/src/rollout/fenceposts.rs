@@ -3,7 +3,9 @@
 //! Separate because every strategy and every scaling reads them.
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use mcm_api::{MachineDeployment, StrategyType, validation::check_int_or_percent};
+use mcm_api::{
+    InPlaceUpdateMachineDeployment, MachineDeployment, StrategyType, validation::check_int_or_percent,
+};
 
 /// The default of an absent maxSurge or maxUnavailable (1, as the reference's API documents).
 pub const DEFAULT_FENCEPOST: i32 = 1;
@@ -137,16 +139,11 @@ pub fn fenceposts(deployment: &MachineDeployment) -> Result<Fenceposts, Fencepos
 /// `inPlaceUpdate.maxSurge` resolved against the replicas (rounded up, absent is 1) with `Auto`, 0 with `Manual` (the
 /// new set starts empty and only receives the machines updated in place).
 pub fn in_place_surge(deployment: &MachineDeployment) -> Result<i32, FencepostError> {
-    let in_place = deployment
-        .spec
-        .strategy
-        .in_place_update
-        .clone()
-        .unwrap_or_default();
-    if in_place.is_manual() {
+    let in_place = deployment.spec.strategy.in_place_update.as_ref();
+    if in_place.is_some_and(InPlaceUpdateMachineDeployment::is_manual) {
         return Ok(0);
     }
-    match &in_place.max_surge {
+    match in_place.and_then(|p| p.max_surge.as_ref()) {
         None => Ok(DEFAULT_FENCEPOST),
         Some(value) => {
             scaled_value(value, deployment.spec.replicas.max(0), true).map_err(|reason| FencepostError {
