@@ -13,7 +13,7 @@ use kube::{
     api::{ListParams, Patch, PatchParams, PostParams},
 };
 use mcm_api::{
-    Machine, MachineDeployment, MachinePhase, MachineSet, MetaExt as _,
+    Machine, MachineDeployment, MachinePhase, MetaExt as _,
     builders::{MachineDeploymentBuilder, MachineSetBuilder},
     keys::{in_place_update as reasons, kubernetes::INSTANCE_TYPE_LABEL, labels, node_conditions},
 };
@@ -102,7 +102,8 @@ async fn one_machine_to_update(cluster: &mut Cluster) -> Machine {
         .class(CLASS)
         .owned_by(&deployment)
         .build();
-    Api::<MachineSet>::namespaced(cluster.client.clone(), NAMESPACE)
+    cluster
+        .sets()
         .create(&PostParams::default(), &set)
         .await
         .expect("the set is created");

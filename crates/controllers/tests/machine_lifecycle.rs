@@ -570,7 +570,8 @@ async fn create_machine_set(cluster: &Cluster, name: &str, replicas: i32) -> Mac
         .matching([("pool", name)])
         .class(support::CLASS)
         .build();
-    Api::<MachineSet>::namespaced(cluster.client.clone(), NAMESPACE)
+    cluster
+        .sets()
         .create(&PostParams::default(), &set)
         .await
         .expect("the MachineSet is created")

@@ -410,11 +410,7 @@ async fn node_template_and_configuration_reach_existing_machines_without_a_rollo
     .await;
     let after: BTreeSet<String> = machines.iter().map(ResourceExt::name_any).collect();
     assert_eq!(after, before, "the same machines: nothing was replaced");
-    let sets = Api::<MachineSet>::namespaced(cluster.client.clone(), NAMESPACE)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items;
+    let sets = cluster.sets().list(&ListParams::default()).await.unwrap().items;
     assert_eq!(sets.len(), 1, "no new set");
     assert_eq!(
         annotation(&sets[0], keys::annotations::EFFECTIVE_CREATION_TIMEOUT),

@@ -9,11 +9,11 @@ use std::{collections::BTreeSet, time::Duration};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::{
-    Api, ResourceExt,
+    ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams, PostParams},
 };
 use mcm_api::{
-    Machine, MachinePhase, MachineSet,
+    Machine, MachinePhase,
     builders::{MachineSetBuilder, NodeBuilder},
     keys,
 };
@@ -81,7 +81,8 @@ async fn world(replicas: usize) -> Cluster {
         .matching([("pool", "workers")])
         .class(CLASS)
         .build();
-    Api::<MachineSet>::namespaced(cluster.client.clone(), NAMESPACE)
+    cluster
+        .sets()
         .create(&PostParams::default(), &set)
         .await
         .expect("the set is created");

@@ -80,7 +80,8 @@ async fn one_machine_set(cluster: &Cluster) -> Machine {
         .matching([("pool", "workers")])
         .class(CLASS)
         .build();
-    Api::<MachineSet>::namespaced(cluster.client.clone(), NAMESPACE)
+    cluster
+        .sets()
         .create(&PostParams::default(), &set)
         .await
         .expect("the set is created");
