@@ -20,8 +20,7 @@ use mcm_core::rollout::{
 };
 use serde_json::{Value, json};
 
-use super::{Context, Error, merge_patches, scale_patch};
-use crate::events::EventType;
+use super::{Context, Error, merge_patches, record_scaled, scale_patch};
 
 /// Why an InPlaceUpdate deployment is not rolled: the nodes are needed and there is no target cluster.
 pub(super) const NO_TARGET: &str = "spec.strategy.type: in-place updates need the target cluster's nodes, and the \
@@ -267,7 +266,7 @@ async fn transfer_machines(
             &Patch::Merge(&set_patch(deployment, replicas, fenceposts, json!({}))),
         )
         .await?;
-        record_scale(deployment, from, "down", replicas, ctx).await;
+        record_scaled(deployment, from, "down", replicas, ctx).await;
     }
     let moved: i32 = lost.values().sum();
     let replicas = transfer.replicas + moved;
@@ -280,26 +279,9 @@ async fn transfer_machines(
     sets.patch(&transfer.to, &PatchParams::default(), &Patch::Merge(&release))
         .await?;
     if moved > 0 {
-        record_scale(deployment, &transfer.to, "up", replicas, ctx).await;
+        record_scaled(deployment, &transfer.to, "up", replicas, ctx).await;
     }
     Ok(())
-}
-
-async fn record_scale(
-    deployment: &MachineDeployment,
-    set: &str,
-    direction: &str,
-    replicas: i32,
-    ctx: &Context,
-) {
-    ctx.recorder
-        .record(
-            deployment,
-            EventType::Normal,
-            "ScalingMachineSet",
-            &format!("Scaled {direction} machine set {set} to {replicas}"),
-        )
-        .await;
 }
 
 /// Releases a new set left labelled `scale-up-disabled` by a transfer that did not finish: its replicas become the

@@ -333,6 +333,24 @@ fn condition(
     }
 }
 
+/// The `ScalingMachineSet` Event of a set scaled `direction` (`up` or `down`) to `replicas`, as the reference words it.
+async fn record_scaled(
+    deployment: &MachineDeployment,
+    set: &str,
+    direction: &str,
+    replicas: i32,
+    ctx: &Context,
+) {
+    ctx.recorder
+        .record(
+            deployment,
+            EventType::Normal,
+            "ScalingMachineSet",
+            &format!("Scaled {direction} machine set {set} to {replicas}"),
+        )
+        .await;
+}
+
 /// Deep-merges RFC 7386 merge patch `more` into `patch` (keeping `null`s, which remove), so that everything a pass
 /// writes to one set goes out as one request.
 fn merge_patches(patch: &mut Value, more: Value) {
@@ -660,14 +678,7 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
         match ctx.set_api().create(&PostParams::default(), &set).await {
             Ok(set) => {
                 crash_point!(RolloutCreateSet, &name);
-                ctx.recorder
-                    .record(
-                        &*deployment,
-                        EventType::Normal,
-                        "ScalingMachineSet",
-                        &format!("Scaled up machine set {} to {replicas}", set.name_any()),
-                    )
-                    .await;
+                record_scaled(&deployment, &set.name_any(), "up", replicas, ctx).await;
                 created = Some(set);
             }
             Err(kube::Error::Api(status)) if status.code == 409 => {
@@ -762,14 +773,7 @@ async fn pass(deployment: Arc<MachineDeployment>, ctx: &Context) -> Result<Actio
     }
     for (set, before, after) in scaled {
         let direction = if after >= before { "up" } else { "down" };
-        ctx.recorder
-            .record(
-                &*deployment,
-                EventType::Normal,
-                "ScalingMachineSet",
-                &format!("Scaled {direction} machine set {set} to {after}"),
-            )
-            .await;
+        record_scaled(&deployment, &set, direction, after, ctx).await;
     }
 
     let mut requeue = ctx.config.resync;
