@@ -72,6 +72,10 @@ pub mod annotations {
     pub const NOT_MANAGED_BY_MCM: &str = "node.machine.sapcloud.io/not-managed-by-mcm";
     /// On a Node: why an in-place update failed.
     pub const UPDATE_FAILED_REASON: &str = "node.machine.sapcloud.io/update-failed-reason";
+    /// On a Node of an in-place update (ours; the reference has none): JSON `{"class": <name>, "nodeTemplate":
+    /// <the class's nodeTemplate>}`, what the node is to be updated to, written by the MachineDeployment controller
+    /// with `candidate-for-update`. A node agent may read only its own Node, not the MachineClass.
+    pub const IN_PLACE_UPDATE_TARGET: &str = "node.machine.sapcloud.io/in-place-update-target";
     /// On a Node: `true` keeps the cluster-autoscaler from scaling it down.
     pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
     /// On a Node: `true` when [`SCALE_DOWN_DISABLED`] was set by the controllers (and is theirs to remove).

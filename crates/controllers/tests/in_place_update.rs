@@ -22,7 +22,7 @@ use kube::{
 use mcm_api::{
     InPlaceUpdateMachineDeployment, Machine, MachineDeployment, MachinePhase, MachineSet, MetaExt,
     builders::MachineDeploymentBuilder,
-    keys::{kubernetes::INSTANCE_TYPE_LABEL, labels, taints},
+    keys::{annotations, kubernetes::INSTANCE_TYPE_LABEL, labels, taints},
 };
 use serde_json::json;
 use support::{Cluster, History, Setup, wait_within, watch_window};
@@ -326,6 +326,15 @@ async fn manual_selects_nothing_until_the_user_labels_a_node() {
         (candidates.len() == 2).then_some(candidates)
     })
     .await;
+    // Each candidate carries its target for the node agent, which may not read MachineClasses: the class and its
+    // nodeTemplate.
+    let medium = cluster.classes().get("medium").await.unwrap();
+    for node in &candidates {
+        let node = nodes_api.get(node).await.unwrap();
+        let target = mcm_core::in_place_target::Target::of(&node).expect("the target annotation");
+        assert_eq!(target.class, "medium");
+        assert_eq!(target.node_template, medium.node_template);
+    }
     let sets = cluster.sets().list(&ListParams::default()).await.unwrap().items;
     let new = sets.iter().find(|s| s.name_any() != old).expect("the new set");
     assert_eq!(new.spec.replicas, 0, "Manual: the new set starts at 0");
@@ -350,6 +359,13 @@ async fn manual_selects_nothing_until_the_user_labels_a_node() {
             .unwrap();
     }
     rolled_out_in_place(&cluster, 2, &old).await;
+    let nodes = nodes_api.list(&ListParams::default()).await.unwrap().items;
+    assert!(
+        nodes
+            .iter()
+            .all(|n| n.annotation(annotations::IN_PLACE_UPDATE_TARGET).is_none()),
+        "the cleanup removes the targets"
+    );
     let (names, deleted) = machine_names(&machine_history);
     assert_eq!(
         names,

@@ -23,6 +23,8 @@ pub mod finalizers;
 pub mod health;
 // Settings the reference acts on and this project only stores, named for a one-time warning.
 pub mod ignored;
+// What a node is updated to in place, handed to its node agent on the Node (the target annotation).
+pub mod in_place_target;
 // The machine side of an in-place update: the node's InPlaceUpdate condition, the drain, what node agents do.
 pub mod in_place_update;
 // Leader election on a Lease: acquire, renew, release, decided purely.

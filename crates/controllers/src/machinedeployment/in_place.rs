@@ -11,7 +11,10 @@ use kube::{
     api::{ListParams, Patch, PatchParams},
     runtime::reflector::{ObjectRef, Store},
 };
-use mcm_api::{InPlaceUpdateMachineDeployment, Machine, MachineDeployment, MachineSet, MetaExt, keys};
+use mcm_api::{
+    InPlaceUpdateMachineDeployment, Machine, MachineClass, MachineDeployment, MachineSet, MetaExt, keys,
+};
+use mcm_core::in_place_target::Target;
 use mcm_core::rollout::{
     self, Fenceposts, SetView,
     in_place::{
@@ -86,6 +89,7 @@ pub(super) fn decide(
         selectors: &selectors,
         machines: &machines,
         nodes: &node_views,
+        target_class: Some(&deployment.spec.template.spec.class.name),
     })
 }
 
@@ -119,17 +123,28 @@ pub(super) async fn act(
         ..Acted::default()
     };
     let name = deployment.name_any();
+    // The target annotation, read once per pass when a node is to be marked.
+    let mut target: Option<String> = None;
     for action in actions {
         match action {
-            InPlaceAction::MarkCandidate { node } | InPlaceAction::Select { node } => {
-                let key = if matches!(action, InPlaceAction::Select { .. }) {
-                    keys::labels::SELECTED_FOR_UPDATE
-                } else {
-                    keys::labels::CANDIDATE_FOR_UPDATE
-                };
+            InPlaceAction::MarkCandidate { node } => {
                 let Some(cached) = nodes.get(&ObjectRef::new(node)) else {
                     continue;
                 };
+                if target.is_none() {
+                    target = Some(target_of(deployment, ctx).await?);
+                }
+                let target = target.as_deref().unwrap_or_default();
+                if let Some(patch) = in_place::candidate_patch(&cached, target) {
+                    tracing::info!(deployment = %name, node = %node, target, "marking the node a candidate for the in-place update");
+                    write_node(&node_api, node, &patch, &mut acted).await?;
+                }
+            }
+            InPlaceAction::Select { node } => {
+                let Some(cached) = nodes.get(&ObjectRef::new(node)) else {
+                    continue;
+                };
+                let key = keys::labels::SELECTED_FOR_UPDATE;
                 if let Some(patch) = in_place::node_label_patch(&cached, key) {
                     tracing::info!(deployment = %name, node = %node, label = key, "labelling the node for the in-place update");
                     write_node(&node_api, node, &patch, &mut acted).await?;
@@ -173,6 +188,15 @@ pub(super) async fn act(
         }
     }
     Ok(acted)
+}
+
+/// The in-place target of the deployment's nodes: its template class and that class's `nodeTemplate` (none when the
+/// class is missing: the node agent then refuses the update, naming what it lacks).
+async fn target_of(deployment: &MachineDeployment, ctx: &Context) -> Result<String, Error> {
+    let class = &deployment.spec.template.spec.class.name;
+    let classes: Api<MachineClass> = Api::namespaced(ctx.client.clone(), &ctx.config.namespace);
+    let node_template = classes.get_opt(class).await?.and_then(|c| c.node_template);
+    Ok(Target::new(class, node_template).annotation())
 }
 
 async fn write_node(api: &Api<Node>, node: &str, patch: &Value, acted: &mut Acted) -> Result<(), Error> {

@@ -94,6 +94,8 @@ pub struct NodeView {
     pub labels: BTreeMap<String, String>,
     /// The reason of its `InPlaceUpdate` condition, if it has one.
     pub in_place_reason: Option<String>,
+    /// The class of its in-place update target annotation, if it has a readable one.
+    pub target_class: Option<String>,
 }
 
 impl NodeView {
@@ -102,11 +104,24 @@ impl NodeView {
         Self {
             labels: node.metadata.labels.clone().unwrap_or_default(),
             in_place_reason: crate::in_place_update::reason_of(node).map(str::to_owned),
+            target_class: crate::in_place_target::Target::class_of(node),
         }
     }
 
     fn has(&self, key: &str) -> bool {
         self.labels.contains_key(key)
+    }
+
+    /// Whether the node needs the candidate mark: it lacks the label, or its target is not `target_class` while its
+    /// node agent has not started on the old one (no `ReadyForUpdate`, no `update-result`).
+    fn needs_mark(&self, target_class: Option<&str>) -> bool {
+        if !self.has(labels::CANDIDATE_FOR_UPDATE) {
+            return true;
+        }
+        let stale = target_class.is_some_and(|class| self.target_class.as_deref() != Some(class));
+        stale
+            && self.in_place_reason.as_deref() != Some(in_place_update::READY_FOR_UPDATE)
+            && !self.has(labels::UPDATE_RESULT)
     }
 
     /// The node agent and the machine controller both said the update succeeded (the reference's
@@ -141,6 +156,8 @@ pub struct InPlaceInput<'a> {
     pub machines: &'a [MachineView],
     /// The nodes of those machines that the cache holds, by name.
     pub nodes: &'a BTreeMap<String, NodeView>,
+    /// The class of the deployment's template: the target every candidate node is to carry (`None`: not compared).
+    pub target_class: Option<&'a str>,
 }
 
 /// One machine to move to the new set.
@@ -179,7 +196,7 @@ pub struct Transfer {
 /// One act of an in-place pass, performed in order after the [`RolloutPlan`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InPlaceAction {
-    /// Label the node `candidate-for-update=true`.
+    /// Label the node `candidate-for-update=true` and give it the target annotation ([`candidate_patch`]).
     MarkCandidate {
         /// The node.
         node: String,
@@ -348,7 +365,7 @@ fn mark_old(input: &InPlaceInput<'_>, plan: &mut InPlacePlan) {
     for set in input.old {
         for machine in machines_of(input.machines, &set.name).filter(|m| !m.deleting) {
             if let Some((node, view)) = node_of(input.nodes, machine)
-                && !view.has(labels::CANDIDATE_FOR_UPDATE)
+                && view.needs_mark(input.target_class)
             {
                 plan.actions.push(InPlaceAction::MarkCandidate {
                     node: node.to_owned(),
@@ -527,12 +544,30 @@ pub fn node_label_patch(node: &Node, key: &str) -> Option<Value> {
     (node.label(key) != Some(TRUE)).then(|| json!({ "metadata": { "labels": { key: TRUE } } }))
 }
 
+/// The merge patch marking a node a candidate: the label `candidate-for-update=true` and the annotation
+/// `in-place-update-target` = `target` (an [`crate::in_place_target::Target::annotation`]), each only when it
+/// differs; `None` when the node has both.
+pub fn candidate_patch(node: &Node, target: &str) -> Option<Value> {
+    let mut metadata = Map::new();
+    if node.label(labels::CANDIDATE_FOR_UPDATE) != Some(TRUE) {
+        metadata.insert("labels".into(), json!({ labels::CANDIDATE_FOR_UPDATE: TRUE }));
+    }
+    if node.annotation(annotations::IN_PLACE_UPDATE_TARGET) != Some(target) {
+        metadata.insert(
+            "annotations".into(),
+            json!({ annotations::IN_PLACE_UPDATE_TARGET: target }),
+        );
+    }
+    (!metadata.is_empty()).then(|| json!({ "metadata": metadata }))
+}
+
 fn is_rollout_taint(taint: &Taint) -> bool {
     taint.key == taints::PREFER_NO_SCHEDULE
 }
 
 /// The merge patch that ends an in-place update on a node of the new set: the labels `candidate-for-update`,
-/// `selected-for-update` and `update-result` and the annotation `update-failed-reason` go, the node is uncordoned,
+/// `selected-for-update` and `update-result` and the annotations `update-failed-reason` and `in-place-update-target`
+/// go, the node is uncordoned,
 /// and the PreferNoSchedule taint of the rollout goes (the taint list is then written whole, with the node's
 /// resourceVersion, so that a concurrent change of the taints is a conflict rather than lost). `None` when nothing
 /// is left to do. Unlike the reference, the `critical-components-not-ready` taint is not added: nothing here would
@@ -552,11 +587,16 @@ pub fn clean_node_patch(node: &Node) -> Option<Value> {
     if !gone.is_empty() {
         metadata.insert("labels".into(), Value::Object(gone));
     }
-    if node.annotation(annotations::UPDATE_FAILED_REASON).is_some() {
-        metadata.insert(
-            "annotations".into(),
-            json!({ annotations::UPDATE_FAILED_REASON: null }),
-        );
+    let gone: Map<String, Value> = [
+        annotations::UPDATE_FAILED_REASON,
+        annotations::IN_PLACE_UPDATE_TARGET,
+    ]
+    .iter()
+    .filter(|k| node.annotation(k).is_some())
+    .map(|k| ((*k).to_owned(), Value::Null))
+    .collect();
+    if !gone.is_empty() {
+        metadata.insert("annotations".into(), Value::Object(gone));
     }
     let spec = node.spec.as_ref();
     let mut spec_patch = Map::new();

@@ -13,7 +13,8 @@ use serde_json::json;
 
 use super::*;
 use crate::rollout::in_place::{
-    InPlaceAction, InPlaceInput, MachineView, NodeView, Orchestration, Transfer, clean_node_patch, decide,
+    InPlaceAction, InPlaceInput, MachineView, NodeView, Orchestration, Transfer, candidate_patch,
+    clean_node_patch, decide,
 };
 
 const OLD: &str = "md-old";
@@ -32,6 +33,8 @@ struct World {
     sets: BTreeMap<String, SetView>,
     machines: Vec<MachineView>,
     nodes: BTreeMap<String, NodeView>,
+    /// The deployment template's class: the target every candidate is to carry.
+    target: String,
     /// Machines the set controller created or deleted.
     created: Vec<String>,
     deleted: Vec<String>,
@@ -55,6 +58,7 @@ impl World {
             sets: BTreeMap::new(),
             machines: Vec::new(),
             nodes: BTreeMap::new(),
+            target: "medium".into(),
             created: Vec::new(),
             deleted: Vec::new(),
             next: 0,
@@ -106,6 +110,7 @@ impl World {
             selectors: &selectors,
             machines: &self.machines,
             nodes: &self.nodes,
+            target_class: Some(&self.target),
         })
     }
 
@@ -126,7 +131,10 @@ impl World {
         }
         for action in &plan.actions {
             match action {
-                InPlaceAction::MarkCandidate { node } => self.label(node, labels::CANDIDATE_FOR_UPDATE),
+                InPlaceAction::MarkCandidate { node } => {
+                    self.label(node, labels::CANDIDATE_FOR_UPDATE);
+                    self.nodes.get_mut(node).unwrap().target_class = Some(self.target.clone());
+                }
                 InPlaceAction::Select { node } => self.label(node, labels::SELECTED_FOR_UPDATE),
                 InPlaceAction::CleanMachine { machine, .. } => {
                     self.machine(machine).labels.remove(labels::UPDATE_RESULT);
@@ -140,6 +148,7 @@ impl World {
                     ] {
                         node.labels.remove(key);
                     }
+                    node.target_class = None;
                 }
                 InPlaceAction::Transfer(Transfer { to, replicas, moves }) => {
                     for moved in moves {
@@ -213,6 +222,11 @@ impl World {
         let machine = &mut self.machines[index];
         let node = self.nodes.get_mut(machine.node.as_ref().unwrap()).unwrap();
         if machine.phase == Some(MachinePhase::InPlaceUpdating) {
+            assert_eq!(
+                node.target_class.as_ref(),
+                Some(&self.target),
+                "the node agent finds the deployment's class as its target"
+            );
             node.in_place_reason = Some(in_place_update::UPDATE_SUCCESSFUL.into());
             node.labels.insert(
                 labels::UPDATE_RESULT.into(),
@@ -468,6 +482,76 @@ fn selection_counts_machines_already_selected_against_max_unavailable() {
     );
 }
 
+/// The target is written with the candidate mark; a template change mid-rollout re-marks the candidates whose agent
+/// has not started (no `ReadyForUpdate`, no `update-result`) and leaves the others alone.
+#[test]
+fn candidates_carry_the_deployment_class_as_target_refreshed_until_their_agent_starts() {
+    let mut world = World::new(3, Orchestration::Manual, 1, 0);
+    for _ in 0..3 {
+        let plan = world.plan();
+        world.apply(&plan);
+        world.sets_act();
+    }
+    assert!(
+        world
+            .nodes
+            .values()
+            .all(|n| n.target_class.as_deref() == Some("medium")
+                && n.labels.contains_key(labels::CANDIDATE_FOR_UPDATE))
+    );
+    assert!(
+        !world
+            .plan()
+            .actions
+            .iter()
+            .any(|a| matches!(a, InPlaceAction::MarkCandidate { .. })),
+        "nothing to mark once every candidate has the target"
+    );
+    let ready = world.nodes.get_mut("node-m0").unwrap();
+    ready.in_place_reason = Some(in_place_update::READY_FOR_UPDATE.into());
+    let reported = world.nodes.get_mut("node-m1").unwrap();
+    reported
+        .labels
+        .insert(labels::UPDATE_RESULT.into(), "failed".into());
+    world.target = "large".into();
+    let marked: Vec<_> = world
+        .plan()
+        .actions
+        .into_iter()
+        .filter_map(|a| match a {
+            InPlaceAction::MarkCandidate { node } => Some(node),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(marked, vec!["node-m2".to_owned()]);
+}
+
+#[test]
+fn the_candidate_patch_writes_only_what_differs() {
+    let target = r#"{"class":"medium"}"#;
+    let mut node = Node::default();
+    assert_eq!(
+        candidate_patch(&node, target),
+        Some(json!({ "metadata": {
+            "labels": { labels::CANDIDATE_FOR_UPDATE: "true" },
+            "annotations": { annotations::IN_PLACE_UPDATE_TARGET: target },
+        } }))
+    );
+    node.metadata.labels = Some(BTreeMap::from([(
+        labels::CANDIDATE_FOR_UPDATE.to_owned(),
+        "true".to_owned(),
+    )]));
+    assert_eq!(
+        candidate_patch(&node, target),
+        Some(json!({ "metadata": { "annotations": { annotations::IN_PLACE_UPDATE_TARGET: target } } }))
+    );
+    node.metadata.annotations = Some(BTreeMap::from([(
+        annotations::IN_PLACE_UPDATE_TARGET.to_owned(),
+        target.to_owned(),
+    )]));
+    assert_eq!(candidate_patch(&node, target), None);
+}
+
 #[test]
 fn cleaning_a_node_removes_only_what_the_update_added() {
     let mut node = Node::default();
@@ -478,10 +562,14 @@ fn cleaning_a_node_removes_only_what_the_update_added() {
         (labels::UPDATE_RESULT.to_owned(), "successful".to_owned()),
         ("zone".to_owned(), "a".to_owned()),
     ]));
-    node.metadata.annotations = Some(BTreeMap::from([(
-        annotations::UPDATE_FAILED_REASON.to_owned(),
-        "earlier".to_owned(),
-    )]));
+    node.metadata.annotations = Some(BTreeMap::from([
+        (annotations::UPDATE_FAILED_REASON.to_owned(), "earlier".to_owned()),
+        (
+            annotations::IN_PLACE_UPDATE_TARGET.to_owned(),
+            r#"{"class":"c"}"#.to_owned(),
+        ),
+        ("kept".to_owned(), "yes".to_owned()),
+    ]));
     let taint = |key: &str| Taint {
         key: key.into(),
         value: Some("True".into()),
@@ -502,7 +590,10 @@ fn cleaning_a_node_removes_only_what_the_update_added() {
                     labels::SELECTED_FOR_UPDATE: null,
                     labels::UPDATE_RESULT: null,
                 },
-                "annotations": { annotations::UPDATE_FAILED_REASON: null },
+                "annotations": {
+                    annotations::UPDATE_FAILED_REASON: null,
+                    annotations::IN_PLACE_UPDATE_TARGET: null,
+                },
                 "resourceVersion": "9",
             },
             "spec": {
