@@ -43,9 +43,11 @@
 //! that are not condition types and other contents are ignored (with a warning).
 //!
 //! **In-place updates**: asked to apply one (node condition `InPlaceUpdate` reason `ReadyForUpdate`, no
-//! `node.machine.sapcloud.io/update-result` yet), the agent answers `update-result=failed` with the annotation
-//! `update-failed-reason` saying it cannot yet (its node credential may not read the machine's deployment, class or
-//! userData), so that the machine turns InPlaceUpdateFailed at once instead of at the in-place update timeout.
+//! `node.machine.sapcloud.io/update-result` yet), the agent applies the target its Node carries (the annotation
+//! `node.machine.sapcloud.io/in-place-update-target`): `cpu` and `memory` from the class's `nodeTemplate.capacity`,
+//! the instance-type label from its `instanceType`, saved in `<machine-dir>/in-place-update.json`; it writes the
+//! status, then answers `update-result=successful`. A target it cannot apply is answered `update-result=failed` with
+//! the annotation `update-failed-reason` naming what is missing, at once (`in_place`).
 //!
 //! **Exit codes.** SIGTERM or SIGINT: heartbeats stop and the agent exits 0 (the Node stays; the machine controller
 //! deletes it). A misconfiguration (a missing or invalid flag or variable, an unreadable CA, a malformed token, no
@@ -56,13 +58,14 @@
 //! token's Secret, may).
 //!
 //! This file holds the entry point and what the parts share; the submodules hold the command line (`settings`),
-//! the join (`join`), the credentials on disk (`credentials`), the condition files (`conditions`), the host's
-//! facts (`host`) and the heartbeating agent (`agent`).
+//! the join (`join`), the credentials on disk (`credentials`), the condition files (`conditions`), in-place updates
+//! (`in_place`), the host's facts (`host`) and the heartbeating agent (`agent`).
 
 mod agent;
 mod conditions;
 mod credentials;
 mod host;
+mod in_place;
 mod join;
 mod settings;
 #[cfg(test)]

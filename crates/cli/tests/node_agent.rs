@@ -640,19 +640,12 @@ async fn a_restarted_agent_reuses_its_certificate_after_the_token_is_deleted() {
     third.stop_with("TERM").await;
 }
 
-/// Asked for an in-place update (the machine controller's `InPlaceUpdate` condition `ReadyForUpdate`), the agent,
-/// which cannot apply one yet, answers at once: `update-result=failed` and an `update-failed-reason` saying why. It
-/// answers once, and the condition is left to the machine controller.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_in_place_update_is_refused_at_once_with_the_reason() {
-    let cluster = Cluster::start().await;
-    let token = cluster.token("machine-6").await;
-    let mut agent = cluster.boot("machine-6", &token, "1");
-    cluster.node_where(&agent, "a Ready node", is_ready).await;
+/// The admin's stand-in for the machine controller: the `InPlaceUpdate` condition `ReadyForUpdate`.
+async fn ready_for_update(cluster: &Cluster, node: &str) {
     cluster
         .nodes()
         .patch_status(
-            "machine-6",
+            node,
             &PatchParams::default(),
             &Patch::Strategic(json!({"status": {"conditions": [{
                 "type": "InPlaceUpdate", "status": "True", "reason": "ReadyForUpdate",
@@ -661,40 +654,183 @@ async fn an_in_place_update_is_refused_at_once_with_the_reason() {
         )
         .await
         .expect("the admin writes the condition");
+}
+
+fn label<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
+    node.metadata.labels.as_ref()?.get(key).map(String::as_str)
+}
+
+fn capacity(node: &Node, resource: &str) -> Option<String> {
+    let status = node.status.as_ref()?;
+    Some(status.capacity.as_ref()?.get(resource)?.0.clone())
+}
+
+/// Asked for an in-place update (the machine controller's `InPlaceUpdate` condition `ReadyForUpdate`), the agent
+/// applies the target its Node carries (the MachineDeployment controller's `in-place-update-target` annotation):
+/// the node's cpu, memory and instance type become the target class's `nodeTemplate`, written before it answers
+/// `update-result=successful`, and kept by a restarted agent. The condition is left to the machine controller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_place_update_applies_the_target_class_and_a_restart_keeps_it() {
+    let cluster = Cluster::start().await;
+    let token = cluster.token("machine-6").await;
+    let mut agent = cluster.boot("machine-6", &token, "1");
+    let node = cluster.node_where(&agent, "a Ready node", is_ready).await;
+    assert_eq!(capacity(&node, "cpu").as_deref(), Some("2"));
+    let target = r#"{"class":"local-medium","nodeTemplate":{"capacity":{"cpu":"4","gpu":"0","memory":"8Gi"},"instanceType":"medium","region":"local","zone":"local-a"}}"#;
+    cluster
+        .nodes()
+        .patch(
+            "machine-6",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {
+                "labels": {"node.machine.sapcloud.io/candidate-for-update": "true"},
+                "annotations": {"node.machine.sapcloud.io/in-place-update-target": target},
+            }})),
+        )
+        .await
+        .expect("the admin marks the node a candidate");
+    ready_for_update(&cluster, "machine-6").await;
     let node = cluster
-        .node_where(&agent, "update-result=failed", |n| {
-            n.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get("node.machine.sapcloud.io/update-result"))
-                .is_some_and(|v| v == "failed")
+        .node_where(&agent, "update-result=successful", |n| {
+            label(n, "node.machine.sapcloud.io/update-result") == Some("successful")
         })
         .await;
-    let reason = node
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get("node.machine.sapcloud.io/update-failed-reason"))
-        .cloned()
-        .unwrap_or_default();
-    assert!(
-        reason.starts_with("mcm node-agent cannot apply in-place updates yet"),
-        "{reason}"
+    assert_eq!(
+        (
+            capacity(&node, "cpu").as_deref(),
+            capacity(&node, "memory").as_deref()
+        ),
+        (Some("4"), Some("8Gi")),
+        "the new resources are written before the result"
     );
+    let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    assert_eq!(
+        allocatable.and_then(|a| a.get("cpu")).map(|q| q.0.as_str()),
+        Some("4")
+    );
+    assert_eq!(label(&node, "node.kubernetes.io/instance-type"), Some("medium"));
     assert_eq!(
         condition(&node, "InPlaceUpdate").and_then(|c| c.reason.as_deref()),
         Some("ReadyForUpdate"),
         "the condition is the machine controller's"
     );
     assert!(is_ready(&node), "the agent's own conditions are kept");
+    assert_private(&cluster.machine_dir("machine-6").join("in-place-update.json"));
     agent.stop_with("TERM").await;
     assert_eq!(
-        agent.output().matches("in-place update refused").count(),
+        agent.output().matches("in-place update applied").count(),
         1,
         "{}",
         agent.output()
     );
     agent.assert_no_secrets(&token);
+
+    // The machine controller's next step, and the rollout's cleanup, as the admin: then a restart.
+    cluster
+        .nodes()
+        .patch(
+            "machine-6",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {
+                "labels": {"node.machine.sapcloud.io/candidate-for-update": null,
+                           "node.machine.sapcloud.io/update-result": null},
+                "annotations": {"node.machine.sapcloud.io/in-place-update-target": null},
+            }})),
+        )
+        .await
+        .expect("the admin cleans the node");
+    let restarted_at = Timestamp::now();
+    let mut second = cluster.boot("machine-6", &token, "2");
+    let node = cluster
+        .node_where(&second, "a heartbeat after the restart", |n| {
+            ready_heartbeat(n).is_some_and(|t| t > restarted_at)
+        })
+        .await;
+    assert_eq!(
+        capacity(&node, "cpu").as_deref(),
+        Some("4"),
+        "the restarted agent keeps the update"
+    );
+    assert!(
+        second
+            .output()
+            .contains("reporting the in-place update applied earlier"),
+        "{}",
+        second.output()
+    );
+    second.stop_with("TERM").await;
+}
+
+/// A target the agent cannot apply (none on the node, or a class without `nodeTemplate.capacity`) is answered at
+/// once: `update-result=failed` and an `update-failed-reason` naming what is missing, once; the node keeps its size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_place_update_without_a_usable_target_fails_at_once_naming_what_is_missing() {
+    let cluster = Cluster::start().await;
+    let token = cluster.token("machine-7").await;
+    let mut agent = cluster.boot("machine-7", &token, "1");
+    cluster.node_where(&agent, "a Ready node", is_ready).await;
+    ready_for_update(&cluster, "machine-7").await;
+    let node = cluster
+        .node_where(&agent, "update-result=failed", |n| {
+            label(n, "node.machine.sapcloud.io/update-result") == Some("failed")
+        })
+        .await;
+    let reason = |node: &Node| {
+        node.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("node.machine.sapcloud.io/update-failed-reason"))
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert!(
+        reason(&node)
+            .starts_with("the node has no annotation node.machine.sapcloud.io/in-place-update-target"),
+        "{}",
+        reason(&node)
+    );
+    assert_eq!(
+        capacity(&node, "cpu").as_deref(),
+        Some("2"),
+        "the node keeps its size"
+    );
+
+    // The next update, with a class that has no nodeTemplate.
+    cluster
+        .nodes()
+        .patch(
+            "machine-7",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {
+                "labels": {"node.machine.sapcloud.io/update-result": null},
+                "annotations": {"node.machine.sapcloud.io/in-place-update-target": r#"{"class":"bare"}"#},
+            }})),
+        )
+        .await
+        .expect("the admin asks again");
+    let node = cluster
+        .node_where(&agent, "update-result=failed again", |n| {
+            label(n, "node.machine.sapcloud.io/update-result") == Some("failed") && reason(n).contains("bare")
+        })
+        .await;
+    assert_eq!(
+        reason(&node),
+        r#"the target class "bare" has no nodeTemplate.capacity.cpu: the node's new resources are taken from it"#
+    );
+    agent.stop_with("TERM").await;
+    assert_eq!(
+        agent.output().matches("in-place update refused").count(),
+        2,
+        "{}",
+        agent.output()
+    );
+    assert!(
+        !cluster
+            .machine_dir("machine-7")
+            .join("in-place-update.json")
+            .exists(),
+        "nothing applied"
+    );
 }
 
 /// A Node deleted while its agent runs is not registered again; the agent keeps running until SIGTERM.

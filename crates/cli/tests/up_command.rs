@@ -4,7 +4,8 @@
 //! machine is replaced; a userData that fails leaves its machine Pending, then Failed at the creation timeout;
 //! `mcm up` resumes with the machines still there; deleting everything and `mcm down --purge` leave no process and
 //! no state behind; `kubectl delete node` replaces the node's machine and the node goes; `kubectl annotate node X
-//! node.machine.sapcloud.io/preserve=now` preserves its machine until the annotation is removed.
+//! node.machine.sapcloud.io/preserve=now` preserves its machine until the annotation is removed; a class change of an
+//! InPlaceUpdate deployment is applied by the node agents on the same machines.
 
 mod support;
 
@@ -581,6 +582,80 @@ fn kubectl_annotate_node_preserve_now_preserves_its_machine_until_removed() {
     poll("the preservation stopped", SLOW, || {
         let expiry = up.jsonpath(&["machine", "single-machine"], expiry_path);
         (expiry.is_empty() && up.jsonpath(&[&node_ref], preserved) == "False/").then_some(())
+    });
+    up.down(true);
+}
+
+/// An in-place update with kubectl (docs/in-place-update.md): a MachineDeployment of strategy InPlaceUpdate rolled
+/// from local-small to local-medium keeps its machines, their provider IDs and their processes; each node agent
+/// applies the new class (the node's cpu and memory become local-medium's), and `updatedReplicas` counts the
+/// machines updated in place.
+#[test]
+fn kubectl_patch_class_of_an_in_place_deployment_updates_the_machines_where_they_run() {
+    let mut up = Up::start("in-place", &[]);
+    up.apply_examples(&[
+        "00-secret.yaml",
+        "01-machine-class.yaml",
+        "02-machine-class-medium.yaml",
+    ]);
+    let manifest = up.dir.join("in-place.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: machine.sapcloud.io/v1alpha1
+kind: MachineDeployment
+metadata: { name: in-place, namespace: default }
+spec:
+  replicas: 2
+  selector: { matchLabels: { name: in-place } }
+  strategy:
+    type: InPlaceUpdate
+    inPlaceUpdate: { orchestrationType: Auto, maxSurge: 0, maxUnavailable: 1 }
+  template:
+    metadata: { labels: { name: in-place } }
+    spec:
+      class: { kind: MachineClass, name: local-small }
+",
+    )
+    .expect("the manifest");
+    up.kubectl_ok(&["apply", "-f", arg(&manifest)]);
+    up.wait_running("two Running machines with Ready nodes", 2);
+    let provider_ids = r#"{range .items[*]}{.metadata.name}={.spec.providerID}{"\n"}{end}"#;
+    let before = up.jsonpath(&["machines"], provider_ids);
+    let machines: Vec<String> = up.phases().into_iter().map(|(name, _)| name).collect();
+    let groups: Vec<i32> = machines.iter().map(|m| up.pgid(m)).collect();
+    let cpus = r#"{range .items[*]}{.status.capacity.cpu}/{.status.capacity.memory}/{.metadata.labels.node\.kubernetes\.io/instance-type}{"\n"}{end}"#;
+    assert_eq!(up.jsonpath(&["nodes"], cpus), "2/4Gi/\n2/4Gi/\n");
+
+    up.kubectl_ok(&[
+        "patch",
+        "machinedeployment",
+        "in-place",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"class":{"name":"local-medium"}}}}}"#,
+    ]);
+    poll("every machine updated in place", SLOW, || {
+        let updated = up.jsonpath(
+            &["machinedeployment", "in-place"],
+            "{.status.updatedReplicas}/{.status.availableReplicas}",
+        );
+        (updated == "2/2" && up.jsonpath(&["nodes"], cpus) == "4/8Gi/medium\n4/8Gi/medium\n").then_some(())
+    });
+    up.wait_running("both machines Running again", 2);
+    assert_eq!(
+        up.jsonpath(&["machines"], provider_ids),
+        before,
+        "the same machines, with the same provider IDs"
+    );
+    for (machine, pgid) in machines.iter().zip(&groups) {
+        assert_eq!(up.pgid(machine), *pgid, "{machine} keeps its process");
+        assert!(group_alive(*pgid), "{machine}'s process still runs");
+    }
+    let marks = r#"{range .items[*]}{.metadata.labels.node\.machine\.sapcloud\.io/candidate-for-update}{.metadata.annotations.node\.machine\.sapcloud\.io/in-place-update-target}{.spec.unschedulable}{"\n"}{end}"#;
+    poll("the nodes cleaned and schedulable", SLOW, || {
+        let marks = up.jsonpath(&["nodes"], marks);
+        marks.lines().all(|l| l.is_empty() || l == "false").then_some(())
     });
     up.down(true);
 }

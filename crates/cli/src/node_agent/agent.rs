@@ -28,12 +28,9 @@ use super::{
         CONDITIONS_DIR, FileCondition, merged_conditions, read_condition_files, reported_conditions,
     },
     host::{go_arch, go_os, os_image, read_trimmed},
+    in_place::Applied,
     settings::Settings,
 };
-
-/// The `update-failed-reason` of an in-place update this agent is asked to apply.
-const IN_PLACE_UNSUPPORTED: &str = "mcm node-agent cannot apply in-place updates yet: its node credential may not \
-     read the machine's MachineDeployment, MachineClass or userData Secret";
 
 /// The node status is written when it changed and at least every 4 heartbeats, as kubelet does.
 const STATUS_REPORT: StatusReport = StatusReport::AtLeastEvery(4);
@@ -53,6 +50,7 @@ pub(super) struct Agent {
     leases: Api<Lease>,
     interval: Duration,
     conditions_dir: PathBuf,
+    machine_dir: PathBuf,
     provider_id: Option<String>,
     labels: BTreeMap<String, String>,
     resources: BTreeMap<String, Quantity>,
@@ -69,21 +67,33 @@ pub(super) struct Agent {
     files: BTreeMap<String, FileCondition>,
     /// Ignored files already warned about, with why.
     warned: BTreeMap<PathBuf, String>,
+    /// The answer to an in-place update, sent once the status shows what the update changed.
+    pending_result: Option<Value>,
 }
 
 impl Agent {
     pub(super) fn new(settings: &Settings, client: Client) -> Self {
         let name = settings.node_name.clone();
-        let resources = BTreeMap::from([
+        let mut resources = BTreeMap::from([
             ("cpu".to_owned(), Quantity(settings.cpu.clone())),
             ("memory".to_owned(), Quantity(settings.memory.clone())),
             ("pods".to_owned(), Quantity(MAX_PODS.to_string())),
         ]);
-        let labels = BTreeMap::from([
+        let mut labels = BTreeMap::from([
             (HOSTNAME_LABEL.to_owned(), name.clone()),
             (OS_LABEL.to_owned(), go_os().to_owned()),
             (ARCH_LABEL.to_owned(), go_arch().to_owned()),
         ]);
+        // An in-place update applied before a restart outlives the flags, which say what the machine booted as.
+        match Applied::load(&settings.machine_dir) {
+            Ok(Some(applied)) => {
+                tracing::info!(class = %applied.class, "reporting the in-place update applied earlier");
+                resources.extend(applied.resources);
+                labels.extend(applied.labels);
+            }
+            Ok(None) => {}
+            Err(err) => tracing::warn!(error = %err, "the in-place update record is ignored"),
+        }
         let addresses = vec![
             NodeAddress {
                 type_: "InternalIP".into(),
@@ -113,6 +123,7 @@ impl Agent {
             name,
             interval: settings.heartbeat_interval,
             conditions_dir: settings.machine_dir.join(CONDITIONS_DIR),
+            machine_dir: settings.machine_dir.clone(),
             provider_id: settings.provider_id.clone(),
             labels,
             resources,
@@ -123,6 +134,7 @@ impl Agent {
             written: None,
             files: BTreeMap::new(),
             warned: BTreeMap::new(),
+            pending_result: None,
         }
     }
 
@@ -288,27 +300,59 @@ impl Agent {
         let uid = node.metadata.uid.clone().unwrap_or_default();
         let lease = self.renew_lease(&uid).await;
         self.beats_since_status = self.beats_since_status.saturating_add(1);
+        self.apply_in_place_update(&node);
         let status = self.write_status_if_needed(&node, &files).await;
-        let update = self.refuse_in_place_update(&node).await;
+        let update = self.report_in_place_update().await;
         lease?;
         status?;
         update?;
         Ok(Beat::Alive)
     }
 
-    /// Answers an in-place update (`InPlaceUpdate` condition `ReadyForUpdate`, no `update-result` yet) with
-    /// `update-result=failed` and why: the agent cannot apply one yet (docs/in-place-update-machine.md), and saying
-    /// so at once beats the machine waiting for the in-place update timeout.
-    async fn refuse_in_place_update(&self, node: &Node) -> anyhow::Result<()> {
-        if !in_place_update::agent_should_update(node) {
-            return Ok(());
+    /// Applies the in-place update the node asks for (`InPlaceUpdate` condition `ReadyForUpdate`, no `update-result`
+    /// yet): the target's resources and labels become the agent's, saved for restarts, and the status is to be
+    /// written; the answer (`update-result`) waits until it is. A target that cannot be applied is answered
+    /// `failed` with why, at once rather than at the machine's in-place update timeout.
+    fn apply_in_place_update(&mut self, node: &Node) {
+        if self.pending_result.is_some() || !in_place_update::agent_should_update(node) {
+            return;
         }
-        let patch = in_place_update::result_patch(Err(IN_PLACE_UNSUPPORTED), &BTreeMap::new());
+        let applied = Applied::of(node)
+            .map_err(|err| err.to_string())
+            .and_then(|applied| {
+                applied
+                    .save(&self.machine_dir)
+                    .map(|()| applied)
+                    .map_err(|err| format!("cannot save the update record in the machine directory: {err}"))
+            });
+        let patch = match applied {
+            Ok(applied) => {
+                tracing::info!(class = %applied.class, resources = ?applied.resources, "in-place update applied");
+                self.resources.extend(applied.resources);
+                self.labels.extend(applied.labels.clone());
+                self.force_status = true;
+                in_place_update::result_patch(Ok(()), &applied.labels)
+            }
+            Err(reason) => {
+                tracing::warn!(reason = %reason, "in-place update refused");
+                in_place_update::result_patch(Err(&reason), &BTreeMap::new())
+            }
+        };
+        self.pending_result = Some(patch);
+    }
+
+    /// Sends the answer of an in-place update once the status written shows the update (`force_status` is cleared
+    /// by a successful status write).
+    async fn report_in_place_update(&mut self) -> anyhow::Result<()> {
+        let Some(patch) = self.pending_result.as_ref().filter(|_| !self.force_status) else {
+            return Ok(());
+        };
         self.nodes
-            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(patch))
             .await
             .map_err(|err| anyhow::Error::new(err).context("reporting the in-place update result"))?;
-        tracing::warn!(reason = IN_PLACE_UNSUPPORTED, "in-place update refused");
+        tracing::info!("in-place update result reported");
+        self.pending_result = None;
         Ok(())
     }
 

@@ -38,8 +38,8 @@
 //! `True`, `False` or `Unknown`, and reports that condition on its node; removing the file takes it back. For example
 //! `echo True > <machine-dir>/conditions/KernelDeadlock` makes the machine controller see an unhealthy node, and
 //! `echo False > <machine-dir>/conditions/Ready` makes the node NotReady. The provider only creates the (empty)
-//! directory. The node agent also keeps its credentials in the machine directory (`pki/`); deleting the machine
-//! removes them with it.
+//! directory. The node agent also keeps its credentials (`pki/`) and the record of an in-place update it applied
+//! (`in-place-update.json`) in the machine directory; deleting the machine removes them with it.
 //!
 //! # The machine's process
 //! CreateMachine starts `/bin/sh <machine-dir>/userdata.sh` **detached**: in a process group of its own (so the
