@@ -30,6 +30,7 @@ pub mod registry;
 pub mod requests;
 pub mod rest;
 pub mod schema_check;
+pub mod secret_data;
 pub mod selectors;
 pub mod server;
 pub mod store;

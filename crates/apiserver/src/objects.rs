@@ -330,6 +330,7 @@ pub fn create(store: &Store, ctx: &Context, mut object: Value) -> Result<Outcome
     meta.insert("name".into(), json!(name));
     validate_meta(ctx, &object)?;
     validate_fields(ctx, &mut object, &mut warnings)?;
+    crate::secret_data::check_body(&ctx.def, &object)?;
     crate::admission::admit(ctx, None, &object)?;
     fold_string_data(ctx, &mut object);
     let meta = meta_mut(&mut object);
@@ -555,6 +556,7 @@ pub fn update(store: &Store, ctx: &Context, name: &str, mut object: Value) -> Re
         ));
     }
     validate_fields(ctx, &mut object, &mut warnings)?;
+    crate::secret_data::check_body(&ctx.def, &object)?;
     fold_string_data(ctx, &mut object);
     let (stored, _) = store.mutate(&resource_id(&ctx.def), &ctx.namespace, name, |current| {
         let current = current.ok_or_else(|| ApiError::not_found(&ctx.def, name))?;
@@ -690,6 +692,7 @@ pub fn patch(
                 check_resource_version(ctx, current, patched["metadata"]["resourceVersion"].as_str())?;
                 validate_meta(ctx, &patched)?;
                 validate_fields(ctx, &mut patched, &mut warnings)?;
+                crate::secret_data::check_patched(&ctx.def, &patched)?;
                 fold_string_data(ctx, &mut patched);
                 check_immutable(ctx, current, &patched)?;
                 keep_server_fields(&ctx.def, current, &mut patched, true);
