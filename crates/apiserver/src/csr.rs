@@ -297,7 +297,7 @@ pub fn write_approval(
     change: ApprovalChange<'_>,
 ) -> Result<Outcome, ApiError> {
     let def = &ctx.def;
-    let (stored, _) = store.mutate(&format!("{}/{}", def.group, def.plural), "", name, |current| {
+    let (stored, _) = crate::objects::commit(store, ctx, name, |current| {
         let current = current.ok_or_else(|| ApiError::not_found(def, name))?;
         let wanted = match change {
             ApprovalChange::Replace(object) => match object["metadata"]["name"].as_str() {
@@ -697,6 +697,7 @@ mod tests {
             now: jiff::Timestamp::now(),
             field_validation: FieldValidation::Strict,
             admission: false,
+            dry_run: false,
         };
         let admin = user("admin", &["system:masters"]);
         stored_pending(&store, &ctx, &pki, "system:node:n7", &admin);
@@ -757,6 +758,7 @@ mod tests {
             now: jiff::Timestamp::now(),
             field_validation: FieldValidation::Strict,
             admission: false,
+            dry_run: false,
         };
         let mut object = csr("admin", "system:nodes", KUBELET_USAGES);
         prepare_create(

@@ -557,11 +557,6 @@ struct ResourceRequest<'a> {
 
 impl ResourceRequest<'_> {
     async fn serve(self, method: &Method, body: Body) -> Result<Response<Body>, ApiError> {
-        if self.query.get("dryRun").is_some_and(|v| !v.is_empty()) {
-            return Err(ApiError::BadRequest(
-                "dryRun is not supported by this server".into(),
-            ));
-        }
         // Creates are authorized in `create`, which knows the new object's name.
         if !(*method == Method::POST && self.name.is_none()) {
             self.authorize(method)?;
@@ -572,6 +567,11 @@ impl ResourceRequest<'_> {
             Some("scale") if self.def.scale_subresource => {}
             Some("approval") if csr::is_csr(&self.def) => {}
             Some("eviction") if self.def.group.is_empty() && self.def.plural == "pods" => {
+                if self.query.get("dryRun").is_some_and(|v| !v.is_empty()) {
+                    return Err(ApiError::BadRequest(
+                        "dryRun is not supported for pods/eviction by this server".into(),
+                    ));
+                }
                 return match (method, &self.name) {
                     (&Method::POST, Some(name)) => {
                         let body = read_body(body).await?;
@@ -631,11 +631,22 @@ impl ResourceRequest<'_> {
                 }
                 options::check_resource_version(&self.query)
             }
-            Method::POST => options::check_field_manager("CreateOptions", &self.query),
-            Method::PUT => options::check_field_manager("UpdateOptions", &self.query),
-            Method::PATCH => options::check_field_manager("PatchOptions", &self.query),
+            Method::POST => self.check_write_options("CreateOptions"),
+            Method::PUT => self.check_write_options("UpdateOptions"),
+            Method::PATCH => self.check_write_options("PatchOptions"),
+            Method::DELETE => options::check_dry_run("DeleteOptions", &self.query).map(|_| ()),
             _ => Ok(()),
         }
+    }
+
+    fn check_write_options(&self, options_kind: &str) -> Result<(), ApiError> {
+        options::check_field_manager(options_kind, &self.query)?;
+        options::check_dry_run(options_kind, &self.query).map(|_| ())
+    }
+
+    /// Whether the write is a dry run (`dryRun=All`, checked by [`Self::check_options`] before the verb).
+    fn dry_run(&self) -> bool {
+        self.query.get("dryRun") == Some("All")
     }
 
     /// 403 unless the user may do this (`auth::authorize`).
@@ -832,6 +843,7 @@ impl ResourceRequest<'_> {
             now: jiff::Timestamp::now(),
             field_validation: self.field_validation()?,
             admission: self.state.machine_admission,
+            dry_run: self.dry_run(),
         })
     }
 
@@ -929,7 +941,8 @@ impl ResourceRequest<'_> {
     fn delete(&self, name: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {
         let format = negotiate(self.headers, false)?;
         let options = objects::DeleteOptions::parse(body, &self.query)?;
-        let ctx = self.context()?;
+        let mut ctx = self.context()?;
+        ctx.dry_run |= options.dry_run;
         match objects::delete(&self.state.store, &ctx, name, &options)? {
             objects::Deleted::Gone(last) => {
                 let uid = last["metadata"]["uid"].as_str().unwrap_or_default();
@@ -955,7 +968,8 @@ impl ResourceRequest<'_> {
         let (labels, fields) = self.selectors()?;
         let namespace = self.def.namespaced.then_some(()).and(self.namespace.as_deref());
         let (items, _) = self.state.store.list(&objects::resource_id(&self.def), namespace);
-        let ctx = self.context()?;
+        let mut ctx = self.context()?;
+        ctx.dry_run |= options.dry_run;
         let mut deleted = Vec::new();
         for item in items
             .iter()
