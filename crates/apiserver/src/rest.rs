@@ -827,7 +827,7 @@ impl ResourceRequest<'_> {
     }
 
     fn watch(&self) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, true)?;
+        let format = self.negotiate(true)?;
         let (labels, fields) = self.selectors()?;
         let namespace = self.def.namespaced.then_some(()).and(self.namespace.clone());
         watch::start(

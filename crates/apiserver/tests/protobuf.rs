@@ -161,3 +161,51 @@ async fn custom_resources_stay_json_only() {
     let status: Value = serde_json::from_slice(&answer).unwrap();
     assert_eq!((code, status["reason"].as_str()), (415, Some("UnsupportedMediaType")), "{status}");
 }
+
+#[tokio::test]
+async fn a_protobuf_watch_streams_length_prefixed_watch_events() {
+    let t = TestServer::start().await;
+    let request = http::Request::builder()
+        .uri("/api/v1/namespaces/default/secrets?watch=true")
+        .header("accept", PB_THEN_JSON)
+        .body(kube::client::Body::empty())
+        .unwrap();
+    let response = t.client.send(request).await.expect("the watch starts");
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/vnd.kubernetes.protobuf;stream=watch"
+    );
+    let secrets: Api<Secret> = Api::default_namespaced(t.client.clone());
+    let created: Secret = serde_json::from_value(secret("watched")).unwrap();
+    secrets.create(&Default::default(), &created).await.unwrap();
+
+    let mut body = response.into_body();
+    let mut buffer = Vec::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    let event = loop {
+        // Whole frames first: a 4-byte big-endian length, then a WatchEvent.
+        if buffer.len() >= 4 {
+            let length = u32::from_be_bytes(buffer[..4].try_into().unwrap()) as usize;
+            if buffer.len() >= 4 + length {
+                let (event_type, object) = codec::decode_watch_event(&buffer[4..4 + length]).expect("a WatchEvent");
+                buffer.drain(..4 + length);
+                if object["metadata"]["name"] == "watched" {
+                    break (event_type, object);
+                }
+                continue;
+            }
+        }
+        let frame = tokio::time::timeout_at(deadline, body.frame())
+            .await
+            .expect("the ADDED event of the new secret before the deadline")
+            .expect("the stream stays open")
+            .expect("a frame");
+        if let Ok(data) = frame.into_data() {
+            buffer.extend_from_slice(&data);
+        }
+    };
+    assert_eq!(event.0, "ADDED");
+    assert_eq!(event.1["kind"], "Secret");
+    assert_eq!(event.1["data"]["key"], "AP8Qcw==");
+}

@@ -137,6 +137,36 @@ pub fn decode(body: &[u8]) -> Result<Value, CodecError> {
     Ok(Value::Object(object))
 }
 
+/// A watch event as the protobuf watch stream frames it: a `meta.v1.WatchEvent` without envelope whose
+/// `object.raw` is the object's own protobuf body ([`encode`]).
+pub fn encode_watch_event(event_type: &str, object: &Value) -> Result<Vec<u8>, CodecError> {
+    let event = message_for("meta.k8s.io/v1", "WatchEvent")?;
+    let mut message = DynamicMessage::new(event.clone());
+    set(&mut message, "type", Proto::String(event_type.to_owned()));
+    let raw_extension = pool()?
+        .get_message_by_name(RAW_EXTENSION)
+        .ok_or_else(|| CodecError::Descriptors(format!("{RAW_EXTENSION} is missing")))?;
+    let mut raw = DynamicMessage::new(raw_extension);
+    set(&mut raw, "raw", Proto::Bytes(encode(object)?.into()));
+    set(&mut message, "object", Proto::Message(raw));
+    Ok(message.encode_to_vec())
+}
+
+/// Decodes a `meta.v1.WatchEvent` of a protobuf watch stream (no envelope): its type and object.
+pub fn decode_watch_event(frame: &[u8]) -> Result<(String, Value), CodecError> {
+    let event = message_for("meta.k8s.io/v1", "WatchEvent")?;
+    let message = DynamicMessage::decode(event, frame).map_err(|err| CodecError::Malformed(err.to_string()))?;
+    let event_type = match message.get_field_by_name("type").as_deref() {
+        Some(Proto::String(text)) => text.clone(),
+        _ => String::new(),
+    };
+    let object = match message.get_field_by_name("object").as_deref() {
+        Some(Proto::Message(raw)) => to_json(raw).unwrap_or_default(),
+        _ => Value::Null,
+    };
+    Ok((event_type, object))
+}
+
 fn unknown() -> Result<MessageDescriptor, CodecError> {
     pool()?
         .get_message_by_name(UNKNOWN)

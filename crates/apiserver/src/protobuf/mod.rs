@@ -99,6 +99,21 @@ pub fn encode(value: &serde_json::Value) -> Result<Vec<u8>, ApiError> {
     codec::encode(value).map_err(|err| ApiError::Internal(format!("cannot encode the answer as protobuf: {err}")))
 }
 
+/// One frame of a protobuf watch stream: the event's length (4 bytes, big-endian) and the event. An object that
+/// cannot be encoded (a defect) becomes an `ERROR` event with a 500 Status, so the watcher learns of it.
+pub fn watch_frame(event_type: &str, object: &serde_json::Value) -> bytes::Bytes {
+    let event = codec::encode_watch_event(event_type, object).or_else(|err| {
+        tracing::warn!(error = %err, event_type, "cannot encode a watch event as protobuf");
+        let status = ApiError::Internal(format!("cannot encode the watch event as protobuf: {err}")).to_status();
+        codec::encode_watch_event("ERROR", &status)
+    });
+    let event = event.unwrap_or_default();
+    let mut frame = Vec::with_capacity(event.len() + 4);
+    frame.extend_from_slice(&u32::try_from(event.len()).unwrap_or(u32::MAX).to_be_bytes());
+    frame.extend_from_slice(&event);
+    bytes::Bytes::from(frame)
+}
+
 /// The Status response of an error, in protobuf when Accept asks for it first (for any resource, as
 /// kube-apiserver encodes its Status answers).
 pub fn error_response(headers: &HeaderMap, err: &ApiError) -> Response<Body> {
