@@ -65,8 +65,14 @@ async fn a_secret_created_in_protobuf_is_answered_in_protobuf_and_read_back_as_j
     let t = TestServer::start().await;
     let body = codec::encode(&secret("pb-secret")).unwrap();
     let path = "/api/v1/namespaces/default/secrets";
-    let (code, content_type, answer) = send(&t, http::Method::POST, path, PB_THEN_JSON, Some((PB, body))).await;
-    assert_eq!((code, content_type.as_str()), (201, PB), "{}", String::from_utf8_lossy(&answer));
+    let (code, content_type, answer) =
+        send(&t, http::Method::POST, path, PB_THEN_JSON, Some((PB, body))).await;
+    assert_eq!(
+        (code, content_type.as_str()),
+        (201, PB),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
     let created = codec::decode(&answer).expect("a protobuf Secret");
     assert_eq!(created["kind"], "Secret");
     assert_eq!(created["data"]["key"], "AP8Qcw==");
@@ -125,7 +131,14 @@ async fn errors_are_protobuf_status_objects_when_asked_for() {
 
     // A body that is not protobuf is refused, naming why.
     let path = "/api/v1/namespaces";
-    let (code, _, answer) = send(&t, http::Method::POST, path, "application/json", Some((PB, b"{}".to_vec()))).await;
+    let (code, _, answer) = send(
+        &t,
+        http::Method::POST,
+        path,
+        "application/json",
+        Some((PB, b"{}".to_vec())),
+    )
+    .await;
     let status: Value = serde_json::from_slice(&answer).unwrap();
     assert_eq!(code, 400, "{status}");
     assert!(
@@ -157,9 +170,20 @@ async fn custom_resources_stay_json_only() {
     assert_eq!((code, content_type.as_str()), (200, "application/json"));
     // A protobuf body: 415.
     let body = codec::encode(&secret("not-a-machine")).unwrap();
-    let (code, _, answer) = send(&t, http::Method::POST, MACHINES, "application/json", Some((PB, body))).await;
+    let (code, _, answer) = send(
+        &t,
+        http::Method::POST,
+        MACHINES,
+        "application/json",
+        Some((PB, body)),
+    )
+    .await;
     let status: Value = serde_json::from_slice(&answer).unwrap();
-    assert_eq!((code, status["reason"].as_str()), (415, Some("UnsupportedMediaType")), "{status}");
+    assert_eq!(
+        (code, status["reason"].as_str()),
+        (415, Some("UnsupportedMediaType")),
+        "{status}"
+    );
 }
 
 #[tokio::test]
@@ -178,7 +202,10 @@ async fn a_protobuf_watch_streams_length_prefixed_watch_events() {
     );
     let secrets: Api<Secret> = Api::default_namespaced(t.client.clone());
     let created: Secret = serde_json::from_value(secret("watched")).unwrap();
-    secrets.create(&Default::default(), &created).await.unwrap();
+    secrets
+        .create(&kube::api::PostParams::default(), &created)
+        .await
+        .unwrap();
 
     let mut body = response.into_body();
     let mut buffer = Vec::new();
@@ -188,7 +215,8 @@ async fn a_protobuf_watch_streams_length_prefixed_watch_events() {
         if buffer.len() >= 4 {
             let length = u32::from_be_bytes(buffer[..4].try_into().unwrap()) as usize;
             if buffer.len() >= 4 + length {
-                let (event_type, object) = codec::decode_watch_event(&buffer[4..4 + length]).expect("a WatchEvent");
+                let (event_type, object) =
+                    codec::decode_watch_event(&buffer[4..4 + length]).expect("a WatchEvent");
                 buffer.drain(..4 + length);
                 if object["metadata"]["name"] == "watched" {
                     break (event_type, object);

@@ -69,7 +69,8 @@ fn create_secret_generic_sends_protobuf_and_stores_the_literals() {
 #[test]
 fn create_secret_tls_stores_the_certificate_and_key() {
     let server = Server::start("create-secret-tls");
-    let issued = rcgen::generate_simple_self_signed(vec!["web.example.com".to_owned()]).expect("a certificate");
+    let issued =
+        rcgen::generate_simple_self_signed(vec!["web.example.com".to_owned()]).expect("a certificate");
     let cert_pem = issued.cert.pem();
     let key_pem = issued.signing_key.serialize_pem();
     let cert = server.write("tls.crt", &cert_pem);
@@ -128,10 +129,21 @@ fn create_namespace_makes_an_active_namespace() {
     assert_eq!(namespace["status"]["phase"], "Active", "{namespace}");
     assert!(namespace["metadata"]["uid"].is_string(), "{namespace}");
     // Objects can be created in it at once.
-    let out = server.kubectl_ok(&["create", "secret", "generic", "s", "--from-literal=k=v", "-n", "team-a"]);
+    let out = server.kubectl_ok(&[
+        "create",
+        "secret",
+        "generic",
+        "s",
+        "--from-literal=k=v",
+        "-n",
+        "team-a",
+    ]);
     assert!(out.contains("secret/s created"), "{out}");
     let err = server.kubectl_err(&["create", "namespace", "Team_A"]);
-    assert!(err.contains("Invalid"), "a bad name is refused with the reason:\n{err}");
+    assert!(
+        err.contains("Invalid"),
+        "a bad name is refused with the reason:\n{err}"
+    );
 }
 
 /// A kubelet client certificate request for node `node` (the kind this server signs), as a manifest.

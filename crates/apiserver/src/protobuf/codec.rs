@@ -80,7 +80,11 @@ fn pool() -> Result<&'static DescriptorPool, CodecError> {
 pub fn message_for(api_version: &str, kind: &str) -> Result<MessageDescriptor, CodecError> {
     let pool = pool()?;
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let short = group.split('.').next().filter(|g| !g.is_empty()).unwrap_or("core");
+    let short = group
+        .split('.')
+        .next()
+        .filter(|g| !g.is_empty())
+        .unwrap_or("core");
     let short = if group == "meta.k8s.io" { "" } else { short };
     pool.get_message_by_name(&format!("k8s.api_{short}_{version}_{kind}"))
         .or_else(|| pool.get_message_by_name(&format!("{META_V1}{kind}")))
@@ -114,7 +118,8 @@ pub fn encode(object: &Value) -> Result<Vec<u8>, CodecError> {
 /// Decodes a Kubernetes protobuf body into a JSON object carrying `apiVersion` and `kind` from the envelope.
 pub fn decode(body: &[u8]) -> Result<Value, CodecError> {
     let rest = body.strip_prefix(MAGIC.as_slice()).ok_or(CodecError::NoMagic)?;
-    let envelope = DynamicMessage::decode(unknown()?, rest).map_err(|err| CodecError::Malformed(err.to_string()))?;
+    let envelope =
+        DynamicMessage::decode(unknown()?, rest).map_err(|err| CodecError::Malformed(err.to_string()))?;
     let meta = to_json(&envelope).unwrap_or_default();
     let encoding = meta["contentEncoding"].as_str().unwrap_or_default();
     if !encoding.is_empty() {
@@ -127,7 +132,8 @@ pub fn decode(body: &[u8]) -> Result<Value, CodecError> {
         Some(Proto::Bytes(raw)) => raw.clone(),
         _ => bytes::Bytes::new(),
     };
-    let message = DynamicMessage::decode(descriptor, raw).map_err(|err| CodecError::Malformed(err.to_string()))?;
+    let message =
+        DynamicMessage::decode(descriptor, raw).map_err(|err| CodecError::Malformed(err.to_string()))?;
     let mut object = Map::new();
     object.insert("apiVersion".into(), Value::String(api_version.to_owned()));
     object.insert("kind".into(), Value::String(kind.to_owned()));
@@ -155,7 +161,8 @@ pub fn encode_watch_event(event_type: &str, object: &Value) -> Result<Vec<u8>, C
 /// Decodes a `meta.v1.WatchEvent` of a protobuf watch stream (no envelope): its type and object.
 pub fn decode_watch_event(frame: &[u8]) -> Result<(String, Value), CodecError> {
     let event = message_for("meta.k8s.io/v1", "WatchEvent")?;
-    let message = DynamicMessage::decode(event, frame).map_err(|err| CodecError::Malformed(err.to_string()))?;
+    let message =
+        DynamicMessage::decode(event, frame).map_err(|err| CodecError::Malformed(err.to_string()))?;
     let event_type = match message.get_field_by_name("type").as_deref() {
         Some(Proto::String(text)) => text.clone(),
         _ => String::new(),
@@ -196,7 +203,11 @@ fn field_error(path: &str, reason: impl Into<String>) -> CodecError {
 }
 
 /// A JSON value as the message `descriptor`; `path` names it in errors.
-fn to_message(descriptor: &MessageDescriptor, value: &Value, path: &str) -> Result<DynamicMessage, CodecError> {
+fn to_message(
+    descriptor: &MessageDescriptor,
+    value: &Value,
+    path: &str,
+) -> Result<DynamicMessage, CodecError> {
     let mut message = DynamicMessage::new(descriptor.clone());
     match descriptor.full_name() {
         QUANTITY => {
@@ -248,7 +259,9 @@ fn to_message(descriptor: &MessageDescriptor, value: &Value, path: &str) -> Resu
             };
             for (name, item) in fields {
                 // Fields the message does not have (apiVersion, kind) have no place on the wire.
-                let Some(field) = descriptor.get_field_by_name(name) else { continue };
+                let Some(field) = descriptor.get_field_by_name(name) else {
+                    continue;
+                };
                 if item.is_null() {
                     continue;
                 }
@@ -307,14 +320,14 @@ fn single(kind: &Kind, value: &Value, path: &str) -> Result<Proto, CodecError> {
     let integer = |value: &Value| {
         value
             .as_i64()
-            .ok_or_else(|| field_error(path, format!("expected an integer, got {value}")))
+            .ok_or_else(|| field_error(path, format!("expected an integer, got {}", type_name(value))))
     };
     Ok(match kind {
         Kind::Message(descriptor) => Proto::Message(to_message(descriptor, value, path)?),
         Kind::String => Proto::String(
             value
                 .as_str()
-                .ok_or_else(|| field_error(path, format!("expected a string, got {value}")))?
+                .ok_or_else(|| field_error(path, format!("expected a string, got {}", type_name(value))))?
                 .to_owned(),
         ),
         Kind::Bytes => {
@@ -329,7 +342,7 @@ fn single(kind: &Kind, value: &Value, path: &str) -> Result<Proto, CodecError> {
         Kind::Bool => Proto::Bool(
             value
                 .as_bool()
-                .ok_or_else(|| field_error(path, format!("expected a boolean, got {value}")))?,
+                .ok_or_else(|| field_error(path, format!("expected a boolean, got {}", type_name(value))))?,
         ),
         Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => Proto::I32(
             i32::try_from(integer(value)?).map_err(|_| field_error(path, "out of the 32-bit range"))?,
@@ -338,15 +351,16 @@ fn single(kind: &Kind, value: &Value, path: &str) -> Result<Proto, CodecError> {
         Kind::Uint32 | Kind::Fixed32 => Proto::U32(
             u32::try_from(integer(value)?).map_err(|_| field_error(path, "out of the 32-bit range"))?,
         ),
-        Kind::Uint64 | Kind::Fixed64 => Proto::U64(
-            value
-                .as_u64()
-                .ok_or_else(|| field_error(path, format!("expected an unsigned integer, got {value}")))?,
-        ),
+        Kind::Uint64 | Kind::Fixed64 => Proto::U64(value.as_u64().ok_or_else(|| {
+            field_error(
+                path,
+                format!("expected an unsigned integer, got {}", type_name(value)),
+            )
+        })?),
         Kind::Double | Kind::Float => {
             let number = value
                 .as_f64()
-                .ok_or_else(|| field_error(path, format!("expected a number, got {value}")))?;
+                .ok_or_else(|| field_error(path, format!("expected a number, got {}", type_name(value))))?;
             if matches!(kind, Kind::Float) {
                 #[allow(clippy::cast_possible_truncation)]
                 Proto::F32(number as f32)
@@ -356,6 +370,18 @@ fn single(kind: &Kind, value: &Value, path: &str) -> Result<Proto, CodecError> {
         }
         Kind::Enum(_) => Proto::EnumNumber(i32::try_from(integer(value)?).unwrap_or_default()),
     })
+}
+
+/// The JSON type of a value, for errors: never the value itself, which may be a secret.
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 /// A message as JSON; None for what JSON leaves out (a zero Time).
@@ -379,12 +405,21 @@ fn to_json(message: &DynamicMessage) -> Option<Value> {
             if seconds.is_none() && nanos == 0 {
                 return None;
             }
-            let time = jiff::Timestamp::new(seconds.unwrap_or_default(), i32::try_from(nanos).unwrap_or_default())
-                .ok()?;
-            let format = if name == TIME { "%Y-%m-%dT%H:%M:%SZ" } else { "%Y-%m-%dT%H:%M:%S%.6fZ" };
+            let time = jiff::Timestamp::new(
+                seconds.unwrap_or_default(),
+                i32::try_from(nanos).unwrap_or_default(),
+            )
+            .ok()?;
+            let format = if name == TIME {
+                "%Y-%m-%dT%H:%M:%SZ"
+            } else {
+                "%Y-%m-%dT%H:%M:%S%.6fZ"
+            };
             Some(Value::String(time.strftime(format).to_string()))
         }
-        DURATION => Some(Value::String(super::duration::format(number("duration").unwrap_or_default()))),
+        DURATION => Some(Value::String(super::duration::format(
+            number("duration").unwrap_or_default(),
+        ))),
         INT_OR_STRING => Some(if number("type") == Some(1) {
             Value::String(text("strVal"))
         } else {
@@ -424,13 +459,12 @@ fn to_json(message: &DynamicMessage) -> Option<Value> {
 fn value_json(value: &Proto) -> Option<Value> {
     Some(match value {
         Proto::Bool(b) => Value::Bool(*b),
-        Proto::I32(n) => Value::from(*n),
+        Proto::I32(n) | Proto::EnumNumber(n) => Value::from(*n),
         Proto::I64(n) => Value::from(*n),
         Proto::U32(n) => Value::from(*n),
         Proto::U64(n) => Value::from(*n),
         Proto::F32(n) => Value::from(f64::from(*n)),
         Proto::F64(n) => Value::from(*n),
-        Proto::EnumNumber(n) => Value::from(*n),
         Proto::String(text) if text.is_empty() => return None,
         Proto::String(text) => Value::String(text.clone()),
         Proto::Bytes(bytes) => Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),

@@ -24,10 +24,14 @@ pub fn parse(text: &str) -> Option<i64> {
     }
     let mut total: f64 = 0.0;
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         let number: f64 = rest[..digits].parse().ok()?;
         rest = &rest[digits..];
-        let unit = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let unit = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
         let scale = UNITS.iter().find(|(name, _)| *name == &rest[..unit])?.1;
         rest = &rest[unit..];
         #[allow(clippy::cast_precision_loss)]

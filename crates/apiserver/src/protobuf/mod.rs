@@ -91,12 +91,15 @@ pub fn json_body<'a>(headers: &HeaderMap, body: &'a [u8]) -> Result<Cow<'a, [u8]
     if !is_protobuf_body(headers) || body.is_empty() {
         return Ok(Cow::Borrowed(body));
     }
-    Ok(Cow::Owned(serde_json::to_vec(&decode_body(body)?).unwrap_or_default()))
+    Ok(Cow::Owned(
+        serde_json::to_vec(&decode_body(body)?).unwrap_or_default(),
+    ))
 }
 
 /// The protobuf body of a JSON object; 500 when it has no encoding (a defect: callers check [`serves`]).
 pub fn encode(value: &serde_json::Value) -> Result<Vec<u8>, ApiError> {
-    codec::encode(value).map_err(|err| ApiError::Internal(format!("cannot encode the answer as protobuf: {err}")))
+    codec::encode(value)
+        .map_err(|err| ApiError::Internal(format!("cannot encode the answer as protobuf: {err}")))
 }
 
 /// One frame of a protobuf watch stream: the event's length (4 bytes, big-endian) and the event. An object that
@@ -104,7 +107,8 @@ pub fn encode(value: &serde_json::Value) -> Result<Vec<u8>, ApiError> {
 pub fn watch_frame(event_type: &str, object: &serde_json::Value) -> bytes::Bytes {
     let event = codec::encode_watch_event(event_type, object).or_else(|err| {
         tracing::warn!(error = %err, event_type, "cannot encode a watch event as protobuf");
-        let status = ApiError::Internal(format!("cannot encode the watch event as protobuf: {err}")).to_status();
+        let status =
+            ApiError::Internal(format!("cannot encode the watch event as protobuf: {err}")).to_status();
         codec::encode_watch_event("ERROR", &status)
     });
     let event = event.unwrap_or_default();

@@ -88,13 +88,22 @@ fn micro_times_int_or_strings_and_lists_keep_their_json_forms() {
 #[test]
 fn bad_bodies_are_refused_with_the_reason() {
     assert_eq!(codec::decode(b"{\"kind\":\"Secret\"}"), Err(CodecError::NoMagic));
-    assert!(matches!(codec::decode(b"k8s\0\xff\xff\xff"), Err(CodecError::Malformed(_))));
+    assert!(matches!(
+        codec::decode(b"k8s\0\xff\xff\xff"),
+        Err(CodecError::Malformed(_))
+    ));
     let machine = json!({"apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine", "metadata": {}});
-    assert!(matches!(codec::encode(&machine), Err(CodecError::UnknownKind { .. })));
+    assert!(matches!(
+        codec::encode(&machine),
+        Err(CodecError::UnknownKind { .. })
+    ));
     let bad = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": 3}});
     assert_eq!(
         codec::encode(&bad),
-        Err(CodecError::Field { path: "metadata.name".into(), reason: "expected a string, got 3".into() })
+        Err(CodecError::Field {
+            path: "metadata.name".into(),
+            reason: "expected a string, got a number".into()
+        })
     );
 }
 
