@@ -127,11 +127,17 @@ pub fn decode(body: &[u8]) -> Result<Value, CodecError> {
     }
     let api_version = meta["typeMeta"]["apiVersion"].as_str().unwrap_or_default();
     let kind = meta["typeMeta"]["kind"].as_str().unwrap_or_default();
-    let descriptor = message_for(api_version, kind)?;
     let raw = match envelope.get_field_by_name("raw").as_deref() {
         Some(Proto::Bytes(raw)) => raw.clone(),
         _ => bytes::Bytes::new(),
     };
+    decode_raw(api_version, kind, &raw)
+}
+
+/// Decodes an object's message (the envelope's `raw`) of a known kind into a JSON object with `apiVersion` and
+/// `kind`.
+pub fn decode_raw(api_version: &str, kind: &str, raw: &[u8]) -> Result<Value, CodecError> {
+    let descriptor = message_for(api_version, kind)?;
     let message =
         DynamicMessage::decode(descriptor, raw).map_err(|err| CodecError::Malformed(err.to_string()))?;
     let mut object = Map::new();
