@@ -26,6 +26,7 @@ pub mod options;
 pub mod patch;
 pub mod pki;
 pub mod pods;
+pub mod protobuf;
 pub mod registry;
 pub mod requests;
 pub mod rest;

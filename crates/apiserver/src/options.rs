@@ -203,6 +203,8 @@ pub enum BodyFormat {
     Json,
     /// `application/yaml`.
     Yaml,
+    /// `application/vnd.kubernetes.protobuf` (the built-in kinds only: [`crate::protobuf::check_body`]).
+    Protobuf,
 }
 
 /// The body form a Content-Type names, as apiserver `endpoints/handlers/negotiation`
@@ -228,6 +230,7 @@ pub fn body_format(headers: &HeaderMap) -> Result<BodyFormat, ApiError> {
     match parse_media_type(text).as_deref() {
         Some("application/json") => Ok(BodyFormat::Json),
         Some("application/yaml") => Ok(BodyFormat::Yaml),
+        Some(crate::protobuf::MEDIA_TYPE) => Ok(BodyFormat::Protobuf),
         Some(other) => Err(unsupported(other)),
         None => Err(unsupported(&format!("malformed media type {text:?}"))),
     }

@@ -92,6 +92,8 @@ pub enum Format {
     /// `meta.k8s.io/v1` PartialObjectMetadata (and PartialObjectMetadataList): metadata only, as kube's
     /// metadata watchers and `list_metadata` ask for.
     Metadata,
+    /// `application/vnd.kubernetes.protobuf`, for the built-in kinds ([`crate::protobuf`]).
+    Protobuf,
 }
 
 /// An object reduced to its metadata (`PartialObjectMetadata`).
@@ -133,7 +135,8 @@ pub fn negotiate(headers: &HeaderMap, table_allowed: bool) -> Result<Format, Api
         }
     }
     Err(ApiError::NotAcceptable(
-        "only the following media types are accepted: application/json, application/yaml".into(),
+        "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf"
+            .into(),
     ))
 }
 
@@ -164,6 +167,10 @@ pub fn respond_value(
         Format::Yaml => match serde_saphyr::to_string(value) {
             Ok(text) => respond(status, "application/yaml", text.into_bytes(), warnings),
             Err(err) => error_response(&ApiError::Internal(format!("cannot write YAML: {err}"))),
+        },
+        Format::Protobuf => match crate::protobuf::encode(value) {
+            Ok(body) => respond(status, crate::protobuf::MEDIA_TYPE, body, warnings),
+            Err(err) => error_response(&err),
         },
         _ => respond(
             status,
@@ -282,7 +289,7 @@ pub async fn handle(state: AppState, request: Request<Body>) -> Response<Body> {
         Ok(response) => response,
         Err(err) => {
             tracing::debug!(method = %parts.method, path = %parts.uri.path(), code = err.code().as_u16(), "request failed");
-            error_response(&err)
+            crate::protobuf::error_response(&parts.headers, &err)
         }
     }
 }
@@ -535,6 +542,7 @@ fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
                 ApiError::BadRequest(format!("error decoding the request body as YAML: {err}"))
             })?
         }
+        options::BodyFormat::Protobuf => crate::protobuf::decode_body(body)?,
     };
     if !value.is_object() {
         return Err(ApiError::BadRequest(
@@ -557,6 +565,7 @@ struct ResourceRequest<'a> {
 
 impl ResourceRequest<'_> {
     async fn serve(self, method: &Method, body: Body) -> Result<Response<Body>, ApiError> {
+        crate::protobuf::check_body(&self.def, self.headers)?;
         // Creates are authorized in `create`, which knows the new object's name.
         if !(*method == Method::POST && self.name.is_none()) {
             self.authorize(method)?;
@@ -666,6 +675,13 @@ impl ResourceRequest<'_> {
         )
     }
 
+    /// The response form ([`negotiate`]), protobuf included for the built-in kinds' objects (the scale
+    /// subresource's `autoscaling/v1` Scale has no encoding here).
+    fn negotiate(&self, table_allowed: bool) -> Result<Format, ApiError> {
+        let protobuf = crate::protobuf::serves(&self.def) && self.sub.as_deref() != Some("scale");
+        crate::protobuf::negotiate(self.headers, table_allowed, protobuf)
+    }
+
     fn namespace(&self) -> &str {
         if self.def.namespaced {
             self.namespace.as_deref().unwrap_or_default()
@@ -724,7 +740,7 @@ impl ResourceRequest<'_> {
                 &[],
             ));
         }
-        match negotiate(self.headers, true)? {
+        match self.negotiate(true)? {
             Format::Table(version) => {
                 let meta = json!({ "resourceVersion": object["metadata"]["resourceVersion"] });
                 let table = table::table_with(
@@ -749,7 +765,7 @@ impl ResourceRequest<'_> {
     }
 
     fn list(&self) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, true)?;
+        let format = self.negotiate(true)?;
         let (labels, fields) = self.selectors()?;
         let namespace = self.def.namespaced.then_some(()).and(self.namespace.as_deref());
         let (items, rv) = self.state.store.list(&objects::resource_id(&self.def), namespace);
@@ -822,7 +838,7 @@ impl ResourceRequest<'_> {
     }
 
     fn watch(&self) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, true)?;
+        let format = self.negotiate(true)?;
         let (labels, fields) = self.selectors()?;
         let namespace = self.def.namespaced.then_some(()).and(self.namespace.clone());
         watch::start(
@@ -848,7 +864,7 @@ impl ResourceRequest<'_> {
     }
 
     fn create(&self, body: &[u8]) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, false)?;
+        let format = self.negotiate(false)?;
         let mut object = decode_object(self.headers, body)?;
         let name = object["metadata"]["name"].as_str();
         let namespace = self.namespace.as_deref();
@@ -875,7 +891,7 @@ impl ResourceRequest<'_> {
     }
 
     fn update(&self, name: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, false)?;
+        let format = self.negotiate(false)?;
         let object = decode_object(self.headers, body)?;
         let ctx = self.context()?;
         let outcome = match self.sub.as_deref() {
@@ -891,7 +907,7 @@ impl ResourceRequest<'_> {
     }
 
     fn patch(&self, name: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, false)?;
+        let format = self.negotiate(false)?;
         let content_type = self
             .headers
             .get(header::CONTENT_TYPE)
@@ -925,7 +941,7 @@ impl ResourceRequest<'_> {
     }
 
     fn evict(&self, name: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, false)?;
+        let format = self.negotiate(false)?;
         let eviction = decode_object(self.headers, body)?;
         let status = crate::disruption::evict(
             &self.state.store,
@@ -939,8 +955,9 @@ impl ResourceRequest<'_> {
     }
 
     fn delete(&self, name: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, false)?;
-        let options = objects::DeleteOptions::parse(body, &self.query)?;
+        let format = self.negotiate(false)?;
+        let body = crate::protobuf::json_body(self.headers, body)?;
+        let options = objects::DeleteOptions::parse(&body, &self.query)?;
         let mut ctx = self.context()?;
         ctx.dry_run |= options.dry_run;
         match objects::delete(&self.state.store, &ctx, name, &options)? {
@@ -963,8 +980,9 @@ impl ResourceRequest<'_> {
     }
 
     fn delete_collection(&self, body: &[u8]) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, false)?;
-        let options = objects::DeleteOptions::parse(body, &self.query)?;
+        let format = self.negotiate(false)?;
+        let body = crate::protobuf::json_body(self.headers, body)?;
+        let options = objects::DeleteOptions::parse(&body, &self.query)?;
         let (labels, fields) = self.selectors()?;
         let namespace = self.def.namespaced.then_some(()).and(self.namespace.as_deref());
         let (items, _) = self.state.store.list(&objects::resource_id(&self.def), namespace);
