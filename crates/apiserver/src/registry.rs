@@ -258,9 +258,16 @@ pub(crate) fn strings(items: &[&str]) -> Vec<String> {
 
 impl Registry {
     /// The built-in resources: those the controllers and kubectl use besides the machine kinds, which are custom
-    /// resources of pre-installed CRDs ([`crate::preinstalled`]).
-    #[allow(clippy::too_many_lines)] // one table entry per resource reads best as one table
+    /// resources of pre-installed CRDs ([`crate::preinstalled`]). Made once per process and shared: the schemas of
+    /// the built-in kinds, generated from their Rust types on first use, cost about a second in a debug build, which
+    /// every server start (and so every test) would pay again.
     pub fn new() -> Self {
+        static BUILTINS: OnceLock<Registry> = OnceLock::new();
+        BUILTINS.get_or_init(Self::builtins).clone()
+    }
+
+    #[allow(clippy::too_many_lines)] // one table entry per resource reads best as one table
+    fn builtins() -> Self {
         use k8s_openapi::api::{certificates, coordination, core, events, policy, storage};
         const EVENT_FIELDS: &[&str] = &[
             "involvedObject.kind",
