@@ -149,7 +149,10 @@ fn kubectl_sees_the_machine_kinds_as_crds_it_can_replace_and_delete() {
     // With its discovery cache still listing machineclasses, kubectl asks and gets 404, as from kube-apiserver;
     // with a fresh cache (or after 6 hours) it knows no such resource type.
     let err = server.kubectl_err(&["get", "machineclasses"]);
-    assert!(err.contains("the server could not find the requested resource"), "{err}");
+    assert!(
+        err.contains("the server could not find the requested resource"),
+        "{err}"
+    );
     let fresh = support::kubectl_at(
         &server.kubeconfig(),
         &server.data_dir().join("fresh-cache"),
