@@ -7,8 +7,9 @@
 //! - **Status**: `NamesAccepted` and `Established` True, `acceptedNames`, `storedVersions` ([`status`]);
 //!   `Terminating` while it is deleted.
 //! - **Serving** ([`sync`]): every served version of every CRD that is not being deleted becomes a
-//!   [`ResourceDef`] of the [`SharedRegistry`]. A CRD for a resource served built in (`mcm crds` output) is stored
-//!   and established, and the built-in serving stays as it is.
+//!   [`ResourceDef`] of the [`SharedRegistry`]; the machine kinds too, from the CRDs the server pre-installs
+//!   ([`crate::preinstalled`]). A CRD for a built-in resource (`pods`) is stored and established, and the built-in
+//!   serving stays as it is.
 //! - **Deletion**: a deleted CRD gets the finalizer [`CLEANUP_FINALIZER`]; its objects are deleted (their own
 //!   finalizers are not waited for), then the finalizer goes and the CRD with it. The objects of a built-in
 //!   resource are left alone.

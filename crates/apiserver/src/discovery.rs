@@ -416,7 +416,7 @@ mod tests {
 
     #[test]
     fn aggregated_core_has_one_unnamed_item_with_builtin_response_kinds() {
-        let list = aggregated_core(&Registry::new());
+        let list = aggregated_core(&crate::preinstalled::registry());
         assert_eq!(list["kind"], "APIGroupDiscoveryList");
         assert_eq!(list["apiVersion"], "apidiscovery.k8s.io/v2");
         let items = list["items"].as_array().unwrap();
@@ -446,7 +446,7 @@ mod tests {
 
     #[test]
     fn aggregated_groups_describe_the_machine_kinds() {
-        let list = aggregated_groups(&Registry::new());
+        let list = aggregated_groups(&crate::preinstalled::registry());
         let names: Vec<&str> = list["items"]
             .as_array()
             .unwrap()
@@ -483,7 +483,7 @@ mod tests {
 
     #[test]
     fn legacy_documents() {
-        let registry = Registry::new();
+        let registry = crate::preinstalled::registry();
         assert_eq!(
             api_versions("10.0.0.1:6443"),
             json!({ "kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [{ "clientCIDR": "0.0.0.0/0", "serverAddress": "10.0.0.1:6443" }] })

@@ -1,7 +1,7 @@
 //! The embedded Kubernetes-compatible API server for the subset this project uses.
 //!
-//! It serves the four machine kinds and the core, coordination, storage, policy and events resources the
-//! controllers and kubectl need, and the custom resources of the CustomResourceDefinitions it is given, following the Kubernetes API conventions for that subset. It is the embedded
+//! It serves the core, coordination, storage, policy and events resources the controllers and kubectl need, and the
+//! custom resources of the CustomResourceDefinitions it is given (the four machine kinds among them, pre-installed), following the Kubernetes API conventions for that subset. It is the embedded
 //! default under `mcm up` and the ground of every integration and end-to-end test. See docs/apiserver.md.
 
 pub mod admission;
@@ -26,6 +26,7 @@ pub mod options;
 pub mod patch;
 pub mod pki;
 pub mod pods;
+pub mod preinstalled;
 pub mod protobuf;
 pub mod registry;
 pub mod requests;

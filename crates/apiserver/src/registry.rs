@@ -28,7 +28,7 @@ pub struct Column {
 impl From<&k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceColumnDefinition>
     for Column
 {
-    /// The column a CRD's `additionalPrinterColumns` entry declares (built-in machine kinds and applied CRDs alike).
+    /// The column a CRD's `additionalPrinterColumns` entry declares .
     fn from(
         c: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceColumnDefinition,
     ) -> Self {
@@ -210,36 +210,6 @@ impl Default for Registry {
     }
 }
 
-fn crd_columns(
-    crd: fn() -> Result<
-        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-        mcm_api::crd::CrdError,
-    >,
-) -> Vec<Column> {
-    let Ok(crd) = crd() else { return Vec::new() };
-    crd.spec.versions[0]
-        .additional_printer_columns
-        .iter()
-        .flatten()
-        .map(Column::from)
-        .collect()
-}
-
-fn crd_schema(
-    crd: fn() -> Result<
-        k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
-        mcm_api::crd::CrdError,
-    >,
-) -> Value {
-    crd()
-        .ok()
-        .and_then(|crd| crd.spec.versions.into_iter().next())
-        .and_then(|v| v.schema)
-        .and_then(|s| s.open_api_v3_schema)
-        .and_then(|s| serde_json::to_value(s).ok())
-        .unwrap_or(Value::Null)
-}
-
 macro_rules! schema_fn {
     ($ty:ty) => {
         || mcm_api::crd::schema_of::<$ty>()
@@ -287,11 +257,18 @@ pub(crate) fn strings(items: &[&str]) -> Vec<String> {
 }
 
 impl Registry {
-    /// The resources of this project: the four machine kinds and the built-ins the controllers and kubectl use.
-    #[allow(clippy::too_many_lines)] // one table entry per resource reads best as one table
+    /// The built-in resources: those the controllers and kubectl use besides the machine kinds, which are custom
+    /// resources of pre-installed CRDs ([`crate::preinstalled`]). Made once per process and shared: the schemas of
+    /// the built-in kinds, generated from their Rust types on first use, cost about a second in a debug build, which
+    /// every server start (and so every test) would pay again.
     pub fn new() -> Self {
+        static BUILTINS: OnceLock<Registry> = OnceLock::new();
+        BUILTINS.get_or_init(Self::builtins).clone()
+    }
+
+    #[allow(clippy::too_many_lines)] // one table entry per resource reads best as one table
+    fn builtins() -> Self {
         use k8s_openapi::api::{certificates, coordination, core, events, policy, storage};
-        use mcm_api::crd;
         const EVENT_FIELDS: &[&str] = &[
             "involvedObject.kind",
             "involvedObject.namespace",
@@ -305,24 +282,7 @@ impl Registry {
             "source",
             "type",
         ];
-        let custom =
-            |kind, plural, short: &'static [&'static str], status, scale, columns, schema| ResourceDef {
-                scale_subresource: scale,
-                generation: true,
-                custom: true,
-                columns,
-                ..def(
-                    "machine.sapcloud.io",
-                    "v1alpha1",
-                    kind,
-                    plural,
-                    short,
-                    true,
-                    status,
-                    schema,
-                )
-            };
-        let mut resources = vec![
+        let resources = vec![
             ResourceDef {
                 selectable_fields: strings(&["status.phase"]),
                 ..def(
@@ -498,57 +458,7 @@ impl Registry {
                     crate::crd::schema,
                 )
             },
-            custom(
-                "MachineClass",
-                "machineclasses",
-                &["mcc"],
-                false,
-                false,
-                Vec::new(),
-                || crd_schema(crd::machine_class),
-            ),
-            custom(
-                "Machine",
-                "machines",
-                &["mc"],
-                true,
-                false,
-                crd_columns(crd::machine),
-                || crd_schema(crd::machine),
-            ),
-            custom(
-                "MachineSet",
-                "machinesets",
-                &["mcs"],
-                true,
-                true,
-                crd_columns(crd::machine_set),
-                || crd_schema(crd::machine_set),
-            ),
-            custom(
-                "MachineDeployment",
-                "machinedeployments",
-                &["mcd"],
-                true,
-                true,
-                crd_columns(crd::machine_deployment),
-                || crd_schema(crd::machine_deployment),
-            ),
         ];
-        // The provider-specific class kinds of older MCM releases, served free-form so that machines still naming
-        // them can be migrated to MachineClass (spec 000 GenerateMachineClassForMigration). `SimMachineClass` is
-        // the sim provider's, for tests of that flow.
-        for (kind, plural) in LEGACY_CLASS_KINDS {
-            resources.push(custom(
-                kind,
-                plural,
-                &[],
-                false,
-                false,
-                Vec::new(),
-                legacy_class_schema,
-            ));
-        }
         Self {
             resources: Arc::new(resources.into_iter().map(Arc::new).collect()),
         }
@@ -707,30 +617,6 @@ impl PartialEq for ResourceDef {
     }
 }
 
-/// Old provider-specific class kinds (kind, plural), served for class migration only.
-const LEGACY_CLASS_KINDS: [(&str, &str); 7] = [
-    ("AWSMachineClass", "awsmachineclasses"),
-    ("AzureMachineClass", "azuremachineclasses"),
-    ("GCPMachineClass", "gcpmachineclasses"),
-    ("OpenStackMachineClass", "openstackmachineclasses"),
-    ("AlicloudMachineClass", "alicloudmachineclasses"),
-    ("PacketMachineClass", "packetmachineclasses"),
-    ("SimMachineClass", "simmachineclasses"),
-];
-
-/// The schema of a legacy class: metadata plus a free-form spec (the old CRDs were provider-defined).
-fn legacy_class_schema() -> Value {
-    serde_json::json!({
-        "type": "object",
-        "properties": {
-            "apiVersion": { "type": "string" },
-            "kind": { "type": "string" },
-            "metadata": { "type": "object" },
-            "spec": { "type": "object", "x-kubernetes-preserve-unknown-fields": true },
-        },
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -745,20 +631,5 @@ mod tests {
             );
             assert!(!r.singular.is_empty(), "{} has no singular", r.kind);
         }
-    }
-
-    #[test]
-    fn machine_kinds_carry_the_crd_printer_columns() {
-        let registry = Registry::new();
-        let machines = registry
-            .find("machine.sapcloud.io", "v1alpha1", "machines")
-            .unwrap();
-        let names: Vec<&str> = machines.columns.iter().map(|c| c.name.as_str()).collect();
-        assert_eq!(names, ["Status", "Age", "Node", "ProviderID"]);
-        assert_eq!(machines.group_resource(), "machines.machine.sapcloud.io");
-        assert_eq!(
-            machines.collection_path(Some("default")),
-            "/apis/machine.sapcloud.io/v1alpha1/namespaces/default/machines"
-        );
     }
 }

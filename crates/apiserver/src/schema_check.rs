@@ -157,7 +157,7 @@ mod tests {
     use super::*;
 
     fn machine_class_schema() -> Value {
-        crate::registry::Registry::new()
+        crate::preinstalled::registry()
             .find("machine.sapcloud.io", "v1alpha1", "machineclasses")
             .unwrap()
             .schema()

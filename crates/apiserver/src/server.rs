@@ -62,6 +62,11 @@ pub struct Config {
     /// default: well above what the controllers, node agents and kubectl of a large cluster hold, and under the
     /// usual open-files limit of a service.
     pub max_connections: usize,
+    /// CustomResourceDefinitions installed at start, when no CRD of their name is stored, besides those of the
+    /// machine kinds ([`crate::preinstalled`]); none by default. `mcm apiserver` and `mcm up` add the Cluster API
+    /// kinds of `mcm crds`.
+    pub extra_crds:
+        Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>,
 }
 
 impl Config {
@@ -84,6 +89,7 @@ impl Config {
             machine_admission: true,
             tls_handshake_timeout: Duration::from_secs(10),
             max_connections: 2048,
+            extra_crds: Vec::new(),
         }
     }
 }
@@ -167,6 +173,7 @@ impl ApiServer {
         let registry = SharedRegistry::new(Registry::new());
         objects::ensure_default_namespaces(&store, registry.builtins())
             .map_err(|e| ServerError::Init(e.to_string()))?;
+        install_crds(&store, registry.builtins(), &config.extra_crds)?;
         // The custom resources of the stored CRDs are served from the first request on.
         crate::crd::sync(&store, &registry, jiff::Timestamp::now());
 
@@ -344,6 +351,26 @@ fn spawn_controllers(
         config.namespace_sweep_interval,
         shutdown.clone(),
     ));
+}
+
+/// Creates the pre-installed CRDs that are not stored: the machine kinds' and `extra`.
+fn install_crds(
+    store: &Store,
+    builtins: &Registry,
+    extra: &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition],
+) -> Result<(), ServerError> {
+    let init = |e: &dyn std::fmt::Display| ServerError::Init(format!("pre-installed CRDs: {e}"));
+    crate::preinstalled::install(store, builtins, &crate::preinstalled::machine_crds())
+        .map_err(|e| init(&e))?;
+    if !extra.is_empty() {
+        let extra: Vec<serde_json::Value> = extra
+            .iter()
+            .map(serde_json::to_value)
+            .collect::<Result<_, _>>()
+            .map_err(|e| init(&e))?;
+        crate::preinstalled::install(store, builtins, &extra).map_err(|e| init(&e))?;
+    }
+    Ok(())
 }
 
 /// The static token file of the configuration, if any (read once; its tokens are never logged).

@@ -1,6 +1,6 @@
 //! CustomResourceDefinitions through the real `kube` client: validation, status, discovery and OpenAPI, serving
 //! of the custom resources they define (every verb, subresources, schema checks and defaults, Table output,
-//! several versions), deletion with cleanup, persistence, CRDs of built-in kinds, and garbage collection.
+//! several versions), deletion with cleanup, persistence, the pre-installed CRDs of the machine kinds, and garbage collection.
 
 mod support;
 
@@ -152,7 +152,7 @@ async fn invalid_crds_are_422_with_causes_naming_the_field() {
         let status = expect_status(api.create(&PostParams::default(), &crd).await, 422, "Invalid");
         assert_eq!(cause_fields(&status), [*field], "{status:?}");
     }
-    assert!(api.list(&ListParams::default()).await.unwrap().items.is_empty());
+    expect_status(api.get("clusters.cluster.x-k8s.io").await, 404, "NotFound");
 
     let mut stored = install(&t, &fixture()).await;
     stored.spec.scope = "Everywhere".into();
@@ -880,58 +880,223 @@ async fn a_restarted_server_serves_the_kinds_of_its_stored_crds() {
     assert_eq!(group["preferredVersion"]["version"], "v1beta2");
 }
 
-// Point 7: the CRD of a built-in kind (`mcm crds`) is accepted and established; the built-in serving stays, and
-// deleting that CRD leaves the built-in objects alone.
+// Point 7: the machine kinds are pre-installed CRDs, served through the same path as any other: listed and
+// Established from the start, with the columns, short names and subresources of `mcm crds`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crd_of_a_built_in_kind_is_stored_and_the_built_in_serving_stays() {
+async fn the_machine_kinds_are_pre_installed_crds() {
     let t = TestServer::start().await;
-    let machines: Api<Machine> = t.api();
-    machines
-        .create(&PostParams::default(), &machine("before", &[]))
-        .await
-        .unwrap();
-    for crd in [
-        mcm_api::crd::machine().unwrap(),
-        mcm_api::crd::machine_deployment().unwrap(),
-    ] {
-        install(&t, &crd).await;
+    let list = crds(&t).list(&ListParams::default()).await.unwrap();
+    for name in MACHINE_CRDS {
+        let crd = list
+            .items
+            .iter()
+            .find(|c| c.name_any() == name)
+            .unwrap_or_else(|| panic!("{name} is listed"));
+        assert!(established(crd), "{name}: {:?}", crd.status);
+        let ours = mcm_api::crd::all()
+            .unwrap()
+            .into_iter()
+            .find(|c| c.name_any() == name)
+            .unwrap();
+        assert_eq!(crd.spec.names.short_names, ours.spec.names.short_names, "{name}");
+        assert_eq!(
+            crd.spec.versions[0].schema, ours.spec.versions[0].schema,
+            "{name}: the schema of `mcm crds`"
+        );
     }
-    machines
-        .create(&PostParams::default(), &machine("after", &[]))
-        .await
-        .unwrap();
-    let (_, list) = get_json(&t, "/apis/machine.sapcloud.io/v1alpha1", "application/json").await;
-    let served: Vec<&Value> = list["resources"]
+    let (_, group) = get_json(&t, "/apis/machine.sapcloud.io/v1alpha1", "application/json").await;
+    let mcd = group["resources"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|r| r["name"] == "machines")
+        .find(|r| r["name"] == "machinedeployments")
+        .expect("machinedeployments are discovered");
+    assert_eq!(mcd["shortNames"], json!(["mcd"]));
+    let subresources: Vec<&str> = group["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .filter(|n| n.starts_with("machinedeployments/"))
         .collect();
-    assert_eq!(served.len(), 1, "machines are served once: {list}");
+    assert_eq!(
+        subresources,
+        ["machinedeployments/status", "machinedeployments/scale"]
+    );
+    // The machine kinds keep their admission under the CRD path.
     let status = api_error(
-        machines
-            .patch("after", &PatchParams::default(), &Patch::Strategic(json!({})))
+        t.api::<Machine>()
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({ "metadata": { "name": "no-class" }, "spec": {} })).unwrap(),
+            )
             .await,
     );
-    assert_eq!(status.code, 415, "still the built-in (custom resource) behaviour");
-    crds(&t)
-        .delete("machines.machine.sapcloud.io", &DeleteParams::default())
+    assert_eq!(
+        (status.code, status.reason.as_str()),
+        (422, "Invalid"),
+        "{status:?}"
+    );
+    assert_eq!(cause_fields(&status), ["spec.class.kind", "spec.class.name"]);
+}
+
+const MACHINE_CRDS: [&str; 4] = [
+    "machineclasses.machine.sapcloud.io",
+    "machines.machine.sapcloud.io",
+    "machinesets.machine.sapcloud.io",
+    "machinedeployments.machine.sapcloud.io",
+];
+
+fn machines(t: &TestServer) -> Api<DynamicObject> {
+    let resource = ApiResource::erase::<Machine>(&());
+    Api::namespaced_with(t.client.clone(), "default", &resource)
+}
+
+/// A Machine with a field our CRD does not declare (`spec.bootProfile`).
+fn machine_with_new_field(name: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1",
+        "kind": "Machine",
+        "metadata": { "name": name },
+        "spec": { "class": { "kind": "MachineClass", "name": "small" }, "bootProfile": "fast" },
+    }))
+    .unwrap()
+}
+
+/// The stored Machine CRD with `spec.bootProfile` added to its schema and a printer column for it.
+async fn machine_crd_variant(t: &TestServer) -> CustomResourceDefinition {
+    let mut crd = crds(t).get("machines.machine.sapcloud.io").await.unwrap();
+    let version = &mut crd.spec.versions[0];
+    let mut schema = serde_json::to_value(&version.schema).unwrap();
+    schema["openAPIV3Schema"]["properties"]["spec"]["properties"]["bootProfile"] =
+        json!({ "type": "string", "description": "How the machine boots." });
+    version.schema = serde_json::from_value(schema).unwrap();
+    version.additional_printer_columns.get_or_insert_default().push(
+        serde_json::from_value(json!({ "name": "Boot", "type": "string", "jsonPath": ".spec.bootProfile" }))
+            .unwrap(),
+    );
+    crd
+}
+
+// Point 7: replacing the Machine CRD (with a newer version of ours, or the reference's) takes effect at once: a
+// field the new schema adds is stored instead of pruned, its printer column is shown, admission still holds, and a
+// restarted server keeps the replacement rather than reinstalling ours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replaced_machine_crd_takes_effect_and_survives_a_restart() {
+    let mut t = TestServer::start().await;
+    let before = machines(&t)
+        .create(&PostParams::default(), &machine_with_new_field("before"))
         .await
         .unwrap();
+    assert_eq!(
+        data(&before)["spec"].get("bootProfile"),
+        None,
+        "our CRD prunes the undeclared field"
+    );
+    let variant = machine_crd_variant(&t).await;
+    crds(&t)
+        .replace("machines.machine.sapcloud.io", &PostParams::default(), &variant)
+        .await
+        .unwrap();
+    let after = machines(&t)
+        .create(&PostParams::default(), &machine_with_new_field("after"))
+        .await
+        .unwrap();
+    assert_eq!(data(&after)["spec"]["bootProfile"], "fast");
+    let (_, table) = get_json(
+        &t,
+        "/apis/machine.sapcloud.io/v1alpha1/namespaces/default/machines/after",
+        "application/json;as=Table;v=v1;g=meta.k8s.io",
+    )
+    .await;
+    let headers: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(headers, ["Name", "Status", "Age", "Node", "ProviderID", "Boot"]);
+    assert_eq!(table["rows"][0]["cells"][5], "fast");
+    let mut invalid = machine_with_new_field("invalid");
+    invalid.data["spec"]["class"]["name"] = json!("");
+    let status = api_error(machines(&t).create(&PostParams::default(), &invalid).await);
+    assert_eq!(
+        status.code, 422,
+        "admission holds under the replaced CRD: {status:?}"
+    );
+
+    t.restart().await;
+    let crd = crds(&t).get("machines.machine.sapcloud.io").await.unwrap();
+    assert_eq!(crd.spec.versions[0].schema, variant.spec.versions[0].schema);
+    let again = machines(&t)
+        .create(&PostParams::default(), &machine_with_new_field("again"))
+        .await
+        .unwrap();
+    assert_eq!(data(&again)["spec"]["bootProfile"], "fast");
+}
+
+// Point 7: deleting a machine kind's CRD deletes its objects and stops serving it, as for any CRD; the other
+// machine kinds stay. Applying the CRD again serves the kind again, empty; so does a restart (the server installs
+// the CRDs it misses).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_machine_class_crd_stops_serving_machine_classes() {
+    let mut t = TestServer::start().await;
+    let classes: Api<mcm_api::MachineClass> = t.api();
+    classes
+        .create(&PostParams::default(), &support::machine_class("small"))
+        .await
+        .unwrap();
+    t.api::<Machine>()
+        .create(&PostParams::default(), &machine("kept", &[]))
+        .await
+        .unwrap();
+    crds(&t)
+        .delete("machineclasses.machine.sapcloud.io", &DeleteParams::default())
+        .await
+        .unwrap();
+    expect_status(classes.list(&ListParams::default()).await, 404, "NotFound");
     expect_status(
-        crds(&t).get("machines.machine.sapcloud.io").await,
+        crds(&t).get("machineclasses.machine.sapcloud.io").await,
         404,
         "NotFound",
     );
-    let names: Vec<String> = machines
-        .list(&ListParams::default())
+    let (_, group) = get_json(&t, "/apis/machine.sapcloud.io/v1alpha1", "application/json").await;
+    assert!(
+        !group.to_string().contains("\"machineclasses\""),
+        "no longer discovered: {group}"
+    );
+    assert_eq!(
+        t.api::<Machine>().get("kept").await.unwrap().name_any(),
+        "kept",
+        "the other machine kinds stay"
+    );
+
+    install(&t, &mcm_api::crd::machine_class().unwrap()).await;
+    assert!(
+        classes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    crds(&t)
+        .delete("machineclasses.machine.sapcloud.io", &DeleteParams::default())
         .await
-        .unwrap()
-        .items
-        .iter()
-        .map(ResourceExt::name_any)
-        .collect();
-    assert_eq!(names, ["after", "before"]);
+        .unwrap();
+    t.restart().await;
+    let classes: Api<mcm_api::MachineClass> = t.api();
+    assert!(
+        classes
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert!(established(
+        &crds(&t).get("machineclasses.machine.sapcloud.io").await.unwrap()
+    ));
 }
 
 // Point 2: garbage collection resolves owners that are custom resources (through any served version) and

@@ -18,7 +18,6 @@ use mcm_api::{
     CurrentStatus, Machine, MachineClass, MachinePhase, MachineSet, MachineStatus,
     builders::{MachineSetBuilder, NodeBuilder},
 };
-use mcm_apiserver::registry::Registry;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use support::{
@@ -338,10 +337,11 @@ async fn generation_moves_on_spec_changes_only() {
 }
 
 // A custom resource without a status subresource: generation moves on every change except to .metadata (there
-// is no status stanza to set apart). The server's registry declares MachineClass so; the test asserts both.
+// is no status stanza to set apart). The served resources (from the pre-installed CRDs) declare MachineClass so; the
+// test asserts both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn machine_class_generation_moves_on_every_non_metadata_change() {
-    let registry = Registry::new();
+    let registry = mcm_apiserver::preinstalled::registry();
     let def = registry
         .find("machine.sapcloud.io", "v1alpha1", "machineclasses")
         .expect("machineclasses are served");

@@ -309,6 +309,7 @@ async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     config.tls_handshake_timeout = args.tls_handshake_timeout;
     config.max_connections = usize::try_from(args.max_connections).unwrap_or(usize::MAX);
     config.token_auth_file = args.token_auth_file;
+    config.extra_crds = mcm_capi::crd::all().context("generating the Cluster API CRDs")?;
     config.watch_delay = args.test_watch_delay;
     config.failure = (args.test_fail_share > 0.0).then_some(mcm_apiserver::hooks::Failure {
         share: args.test_fail_share,

@@ -213,6 +213,8 @@ async fn run(dir: &Path, args: &UpArgs) -> anyhow::Result<()> {
     let mut config = mcm_apiserver::server::Config::new(dir.join("apiserver"));
     config.port = args.port;
     config.node_monitor_grace_period = args.node_monitor_grace_period;
+    // Every CRD of `mcm crds`: the machine kinds are the server's own, the Cluster API kinds are added here.
+    config.extra_crds = mcm_capi::crd::all().context("generating the Cluster API CRDs")?;
     let server = mcm_apiserver::server::ApiServer::start(config)
         .await
         .with_context(|| format!("starting the API server in {}", dir.join("apiserver").display()))?;
