@@ -697,6 +697,7 @@ mod tests {
             now: jiff::Timestamp::now(),
             field_validation: FieldValidation::Strict,
             admission: false,
+            manager: None,
         };
         let admin = user("admin", &["system:masters"]);
         stored_pending(&store, &ctx, &pki, "system:node:n7", &admin);
@@ -757,6 +758,7 @@ mod tests {
             now: jiff::Timestamp::now(),
             field_validation: FieldValidation::Strict,
             admission: false,
+            manager: None,
         };
         let mut object = csr("admin", "system:nodes", KUBELET_USAGES);
         prepare_create(

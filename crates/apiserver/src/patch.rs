@@ -161,7 +161,7 @@ const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
 
 /// How strategic merge patch treats one list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ListStrategy {
+pub(crate) enum ListStrategy {
     /// Replaced as a whole by the patch, as in a merge patch.
     Atomic,
     /// A list of maps merged element-wise by this key.
@@ -171,7 +171,7 @@ enum ListStrategy {
 }
 
 /// The merge strategy of the list at `location` (field names from the root, list elements adding nothing).
-fn list_strategy(kind: &str, location: &[&str]) -> ListStrategy {
+pub(crate) fn list_strategy(kind: &str, location: &[&str]) -> ListStrategy {
     match location {
         ["metadata", "ownerReferences"] => return ListStrategy::MergeKey("uid"),
         ["metadata", "finalizers"] => return ListStrategy::PrimitiveSet,
