@@ -110,17 +110,15 @@ fn server_side_apply_of_a_machine_deployment_tracks_managers_and_forces_conflict
         server.kubectl_ok(&["get", "machinedeployment", "workers", "-o", "jsonpath={.spec.replicas}"]),
         "5"
     );
-    // A scale through the scale subresource is an Update by kubectl scale's manager.
+    assert_eq!(managers(&server, "machinedeployment/workers"), vec!["kubectl/Apply", "other/Apply"]);
+    // kubectl scale names no field manager: the server takes kubectl's User-Agent, and records an Update through the
+    // scale subresource. `other` owned nothing but replicas, so its entry goes.
     server.kubectl_ok(&["scale", "machinedeployment", "workers", "--replicas", "4"]);
-    assert_eq!(
-        managers(&server, "machinedeployment/workers"),
-        vec!["kubectl/Apply", "kubectl-scale/Update", "other/Apply"]
-    );
-    // `other` lost replicas to kubectl-scale; re-applying its file conflicts with that Update entry.
+    assert_eq!(managers(&server, "machinedeployment/workers"), vec!["kubectl/Apply", "kubectl/Update"]);
     let err = server.kubectl_err(&["apply", "--server-side", "--field-manager", "other", "-f", arg(&scaled)]);
     assert!(
         err.contains(
-            "conflict with \"kubectl-scale\" with subresource \"scale\" using machine.sapcloud.io/v1alpha1: .spec.replicas"
+            "conflict with \"kubectl\" with subresource \"scale\" using machine.sapcloud.io/v1alpha1: .spec.replicas"
         ),
         "{err}"
     );
