@@ -60,14 +60,23 @@ async fn apply_creates_the_object_and_records_the_applier_as_owner_of_its_fields
     let t = TestServer::start().await;
     let secrets: Api<Secret> = t.api();
     let created = secrets
-        .patch("s", &PatchParams::apply("first"), &Patch::Apply(secret(&[("a", "1")])))
+        .patch(
+            "s",
+            &PatchParams::apply("first"),
+            &Patch::Apply(secret(&[("a", "1")])),
+        )
         .await
         .unwrap();
     assert_eq!(data_of(&created), vec![("a".into(), "1".into())]);
     assert!(created.uid().is_some());
     assert_eq!(
         managed(&created),
-        vec![("first".into(), "Apply".into(), None, json!({ "f:data": { "f:a": {} } }))]
+        vec![(
+            "first".into(),
+            "Apply".into(),
+            None,
+            json!({ "f:data": { "f:a": {} } })
+        )]
     );
     let entry = &created.managed_fields()[0];
     assert_eq!(entry.api_version.as_deref(), Some("v1"));
@@ -76,7 +85,11 @@ async fn apply_creates_the_object_and_records_the_applier_as_owner_of_its_fields
 
     // Applying the same configuration again changes nothing.
     let again = secrets
-        .patch("s", &PatchParams::apply("first"), &Patch::Apply(secret(&[("a", "1")])))
+        .patch(
+            "s",
+            &PatchParams::apply("first"),
+            &Patch::Apply(secret(&[("a", "1")])),
+        )
         .await
         .unwrap();
     assert_eq!(rv(&again), rv(&created));
@@ -90,12 +103,20 @@ async fn a_second_manager_changing_a_field_conflicts_and_force_takes_it() {
     let t = TestServer::start().await;
     let secrets: Api<Secret> = t.api();
     secrets
-        .patch("s", &PatchParams::apply("first"), &Patch::Apply(secret(&[("a", "1"), ("b", "2")])))
+        .patch(
+            "s",
+            &PatchParams::apply("first"),
+            &Patch::Apply(secret(&[("a", "1"), ("b", "2")])),
+        )
         .await
         .unwrap();
     let status = expect_status(
         secrets
-            .patch("s", &PatchParams::apply("second"), &Patch::Apply(secret(&[("a", "changed")])))
+            .patch(
+                "s",
+                &PatchParams::apply("second"),
+                &Patch::Apply(secret(&[("a", "changed")])),
+            )
             .await,
         409,
         "Conflict",
@@ -117,13 +138,21 @@ async fn a_second_manager_changing_a_field_conflicts_and_force_takes_it() {
 
     // The same value is no conflict: both managers own it.
     let shared = secrets
-        .patch("s", &PatchParams::apply("second"), &Patch::Apply(secret(&[("a", "1")])))
+        .patch(
+            "s",
+            &PatchParams::apply("second"),
+            &Patch::Apply(secret(&[("a", "1")])),
+        )
         .await
         .unwrap();
     assert_eq!(managed(&shared).len(), 2);
 
     let forced = secrets
-        .patch("s", &PatchParams::apply("second").force(), &Patch::Apply(secret(&[("a", "changed")])))
+        .patch(
+            "s",
+            &PatchParams::apply("second").force(),
+            &Patch::Apply(secret(&[("a", "changed")])),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -133,8 +162,18 @@ async fn a_second_manager_changing_a_field_conflicts_and_force_takes_it() {
     assert_eq!(
         managed(&forced),
         vec![
-            ("first".into(), "Apply".into(), None, json!({ "f:data": { "f:b": {} } })),
-            ("second".into(), "Apply".into(), None, json!({ "f:data": { "f:a": {} } })),
+            (
+                "first".into(),
+                "Apply".into(),
+                None,
+                json!({ "f:data": { "f:b": {} } })
+            ),
+            (
+                "second".into(),
+                "Apply".into(),
+                None,
+                json!({ "f:data": { "f:a": {} } })
+            ),
         ]
     );
 }
@@ -146,7 +185,13 @@ async fn other_writes_record_update_entries_that_applies_conflict_with() {
     let t = TestServer::start().await;
     let machines: Api<Machine> = t.api();
     let created = machines
-        .create(&PostParams { field_manager: Some("creator".into()), ..PostParams::default() }, &machine("m1", &[]))
+        .create(
+            &PostParams {
+                field_manager: Some("creator".into()),
+                ..PostParams::default()
+            },
+            &machine("m1", &[]),
+        )
         .await
         .unwrap();
     assert_eq!(managed(&created)[0].0, "creator");
@@ -155,7 +200,10 @@ async fn other_writes_record_update_entries_that_applies_conflict_with() {
     let patched = machines
         .patch(
             "m1",
-            &PatchParams { field_manager: Some("labeller".into()), ..PatchParams::default() },
+            &PatchParams {
+                field_manager: Some("labeller".into()),
+                ..PatchParams::default()
+            },
             &Patch::Merge(json!({ "metadata": { "labels": { "tier": "gold" } } })),
         )
         .await
@@ -165,14 +213,19 @@ async fn other_writes_record_update_entries_that_applies_conflict_with() {
         .find(|entry| entry.0 == "labeller")
         .expect("an entry for the patch's manager");
     assert_eq!(labeller.1, "Update");
-    assert_eq!(labeller.3, json!({ "f:metadata": { "f:labels": { "f:tier": {} } } }));
+    assert_eq!(
+        labeller.3,
+        json!({ "f:metadata": { "f:labels": { "f:tier": {} } } })
+    );
 
     let config = json!({
         "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
         "metadata": { "name": "m1", "labels": { "tier": "silver" } },
     });
     let status = expect_status(
-        machines.patch("m1", &PatchParams::apply("applier"), &Patch::Apply(&config)).await,
+        machines
+            .patch("m1", &PatchParams::apply("applier"), &Patch::Apply(&config))
+            .await,
         409,
         "Conflict",
     );
@@ -196,22 +249,38 @@ async fn fields_an_applier_stops_applying_go_unless_another_manager_owns_them() 
         })
     };
     machines
-        .patch("m1", &PatchParams::apply("first"), &Patch::Apply(config(json!({ "a": "1", "b": "2" }), json!(["x/one"]))))
+        .patch(
+            "m1",
+            &PatchParams::apply("first"),
+            &Patch::Apply(config(json!({ "a": "1", "b": "2" }), json!(["x/one"]))),
+        )
         .await
         .unwrap();
     machines
-        .patch("m1", &PatchParams::apply("second"), &Patch::Apply(config(json!({ "b": "2" }), json!(["x/two"]))))
+        .patch(
+            "m1",
+            &PatchParams::apply("second"),
+            &Patch::Apply(config(json!({ "b": "2" }), json!(["x/two"]))),
+        )
         .await
         .unwrap();
     let both = machines.get("m1").await.unwrap();
     assert_eq!(both.finalizers(), ["x/one".to_owned(), "x/two".to_owned()]);
 
     let after = machines
-        .patch("m1", &PatchParams::apply("first"), &Patch::Apply(config(json!({}), json!([]))))
+        .patch(
+            "m1",
+            &PatchParams::apply("first"),
+            &Patch::Apply(config(json!({}), json!([]))),
+        )
         .await
         .unwrap();
     let labels: Vec<(&String, &String)> = after.labels().iter().collect();
-    assert_eq!(labels, vec![(&"b".to_owned(), &"2".to_owned())], "a went, b is still owned by second");
+    assert_eq!(
+        labels,
+        vec![(&"b".to_owned(), &"2".to_owned())],
+        "a went, b is still owned by second"
+    );
     assert_eq!(after.finalizers(), ["x/two".to_owned()]);
     assert_eq!(
         after.spec.class.name, "small",
@@ -225,7 +294,10 @@ async fn fields_an_applier_stops_applying_go_unless_another_manager_owns_them() 
 async fn applies_to_the_status_subresource_have_their_own_entry() {
     let t = TestServer::start().await;
     let machines: Api<Machine> = t.api();
-    machines.create(&PostParams::default(), &machine("m1", &[])).await.unwrap();
+    machines
+        .create(&PostParams::default(), &machine("m1", &[]))
+        .await
+        .unwrap();
     let config = json!({
         "apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "Machine",
         "metadata": { "name": "m1" },
@@ -266,7 +338,11 @@ async fn apply_needs_a_field_manager_and_force_is_only_for_apply() {
         "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
     );
     secrets
-        .patch("s", &PatchParams::apply("first"), &Patch::Apply(secret(&[("a", "1")])))
+        .patch(
+            "s",
+            &PatchParams::apply("first"),
+            &Patch::Apply(secret(&[("a", "1")])),
+        )
         .await
         .unwrap();
     // kube refuses to send it, so the request is made by hand.
@@ -282,7 +358,9 @@ async fn apply_needs_a_field_manager_and_force_is_only_for_apply() {
     );
     let wrong_kind = json!({ "apiVersion": "v1", "kind": "ConfigMap", "metadata": { "name": "s" } });
     expect_status(
-        secrets.patch("s", &PatchParams::apply("first"), &Patch::Apply(&wrong_kind)).await,
+        secrets
+            .patch("s", &PatchParams::apply("first"), &Patch::Apply(&wrong_kind))
+            .await,
         400,
         "BadRequest",
     );

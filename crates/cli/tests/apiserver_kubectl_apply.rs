@@ -7,7 +7,8 @@ mod support;
 
 use support::{Server, arg, example};
 
-const SECRET: &str = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app\ntype: Opaque\ndata:\n  key: {VALUE}\n";
+const SECRET: &str =
+    "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app\ntype: Opaque\ndata:\n  key: {VALUE}\n";
 
 fn secret(value: &str) -> String {
     SECRET.replace("{VALUE}", value)
@@ -17,7 +18,10 @@ fn secret(value: &str) -> String {
 /// `manager/operation` lines; also checks that kubectl's default output hides them, as it does for a real server.
 fn managers(server: &Server, what: &str) -> Vec<String> {
     let hidden = server.kubectl_ok(&["get", what, "-o", "yaml"]);
-    assert!(!hidden.contains("managedFields"), "kubectl hides managedFields by default:\n{hidden}");
+    assert!(
+        !hidden.contains("managedFields"),
+        "kubectl hides managedFields by default:\n{hidden}"
+    );
     let shown = server.kubectl_ok(&["get", what, "-o", "yaml", "--show-managed-fields"]);
     // kubectl writes each entry's keys in order: ..., manager, operation, ...
     let mut managers = Vec::new();
@@ -26,7 +30,9 @@ fn managers(server: &Server, what: &str) -> Vec<String> {
         if let Some(name) = line.strip_prefix("manager: ") {
             manager = Some(name.to_owned());
         } else if let Some(operation) = line.strip_prefix("operation: ") {
-            let name = manager.take().unwrap_or_else(|| panic!("operation before manager in:\n{shown}"));
+            let name = manager
+                .take()
+                .unwrap_or_else(|| panic!("operation before manager in:\n{shown}"));
             managers.push(format!("{name}/{operation}"));
         }
     }
@@ -46,7 +52,14 @@ fn server_side_apply_of_a_secret_conflicts_with_a_second_manager_until_forced() 
     assert_eq!(out.trim(), "secret/app serverside-applied");
 
     let second = server.write("secret-other.yaml", &secret("dHdv"));
-    let err = server.kubectl_err(&["apply", "--server-side", "--field-manager", "other", "-f", arg(&second)]);
+    let err = server.kubectl_err(&[
+        "apply",
+        "--server-side",
+        "--field-manager",
+        "other",
+        "-f",
+        arg(&second),
+    ]);
     assert!(
         err.contains("Apply failed with 1 conflict: conflict with \"kubectl\": .data.key"),
         "kubectl reports the conflicting field and its manager:\n{err}"
@@ -67,9 +80,15 @@ fn server_side_apply_of_a_secret_conflicts_with_a_second_manager_until_forced() 
         arg(&second),
     ]);
     assert_eq!(out.trim(), "secret/app serverside-applied");
-    assert_eq!(server.kubectl_ok(&["get", "secret", "app", "-o", "jsonpath={.data.key}"]), "dHdv");
+    assert_eq!(
+        server.kubectl_ok(&["get", "secret", "app", "-o", "jsonpath={.data.key}"]),
+        "dHdv"
+    );
     // Both still apply `type`; only `other` owns `data.key` now.
-    assert_eq!(managers(&server, "secret/app"), vec!["kubectl/Apply", "other/Apply"]);
+    assert_eq!(
+        managers(&server, "secret/app"),
+        vec!["kubectl/Apply", "other/Apply"]
+    );
 
     // The first manager now conflicts in turn.
     let err = server.kubectl_err(&["apply", "--server-side", "-f", arg(&first)]);
@@ -79,11 +98,30 @@ fn server_side_apply_of_a_secret_conflicts_with_a_second_manager_until_forced() 
 #[test]
 fn server_side_apply_of_a_machine_deployment_tracks_managers_and_forces_conflicts() {
     let server = Server::start("ssa-machinedeployment");
-    server.kubectl_ok(&["apply", "--server-side", "-f", arg(&example("01-machine-class.yaml"))]);
-    let out = server.kubectl_ok(&["apply", "--server-side", "-f", arg(&example("30-machine-deployment.yaml"))]);
-    assert_eq!(out.trim(), "machinedeployment.machine.sapcloud.io/workers serverside-applied");
+    server.kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "-f",
+        arg(&example("01-machine-class.yaml")),
+    ]);
+    let out = server.kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "-f",
+        arg(&example("30-machine-deployment.yaml")),
+    ]);
     assert_eq!(
-        server.kubectl_ok(&["get", "machinedeployment", "workers", "-o", "jsonpath={.spec.replicas}"]),
+        out.trim(),
+        "machinedeployment.machine.sapcloud.io/workers serverside-applied"
+    );
+    assert_eq!(
+        server.kubectl_ok(&[
+            "get",
+            "machinedeployment",
+            "workers",
+            "-o",
+            "jsonpath={.spec.replicas}"
+        ]),
         "3"
     );
 
@@ -92,7 +130,14 @@ fn server_side_apply_of_a_machine_deployment_tracks_managers_and_forces_conflict
         "apiVersion: machine.sapcloud.io/v1alpha1\nkind: MachineDeployment\nmetadata:\n  name: workers\nspec:\n  \
          replicas: 5\n",
     );
-    let err = server.kubectl_err(&["apply", "--server-side", "--field-manager", "other", "-f", arg(&scaled)]);
+    let err = server.kubectl_err(&[
+        "apply",
+        "--server-side",
+        "--field-manager",
+        "other",
+        "-f",
+        arg(&scaled),
+    ]);
     assert!(
         err.contains("Apply failed with 1 conflict: conflict with \"kubectl\": .spec.replicas"),
         "kubectl reports the conflicting field and its manager:\n{err}"
@@ -107,15 +152,34 @@ fn server_side_apply_of_a_machine_deployment_tracks_managers_and_forces_conflict
         arg(&scaled),
     ]);
     assert_eq!(
-        server.kubectl_ok(&["get", "machinedeployment", "workers", "-o", "jsonpath={.spec.replicas}"]),
+        server.kubectl_ok(&[
+            "get",
+            "machinedeployment",
+            "workers",
+            "-o",
+            "jsonpath={.spec.replicas}"
+        ]),
         "5"
     );
-    assert_eq!(managers(&server, "machinedeployment/workers"), vec!["kubectl/Apply", "other/Apply"]);
+    assert_eq!(
+        managers(&server, "machinedeployment/workers"),
+        vec!["kubectl/Apply", "other/Apply"]
+    );
     // kubectl scale names no field manager: the server takes kubectl's User-Agent, and records an Update through the
     // scale subresource. `other` owned nothing but replicas, so its entry goes.
     server.kubectl_ok(&["scale", "machinedeployment", "workers", "--replicas", "4"]);
-    assert_eq!(managers(&server, "machinedeployment/workers"), vec!["kubectl/Apply", "kubectl/Update"]);
-    let err = server.kubectl_err(&["apply", "--server-side", "--field-manager", "other", "-f", arg(&scaled)]);
+    assert_eq!(
+        managers(&server, "machinedeployment/workers"),
+        vec!["kubectl/Apply", "kubectl/Update"]
+    );
+    let err = server.kubectl_err(&[
+        "apply",
+        "--server-side",
+        "--field-manager",
+        "other",
+        "-f",
+        arg(&scaled),
+    ]);
     assert!(
         err.contains(
             "conflict with \"kubectl\" with subresource \"scale\" using machine.sapcloud.io/v1alpha1: .spec.replicas"

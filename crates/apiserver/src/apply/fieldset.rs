@@ -6,7 +6,7 @@
 //! each path element is a key of nested JSON objects; `{}` marks a member, and `".": {}` marks a member that
 //! also has members below it.
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, fmt::Write as _};
 
 use serde_json::{Map, Value};
 
@@ -49,7 +49,9 @@ impl Element {
                 let Value::Object(keys) = serde_json::from_str::<Value>(rest).ok()? else {
                     return None;
                 };
-                Some(Self::Key(keys.into_iter().map(|(k, v)| (k, v.to_string())).collect()))
+                Some(Self::Key(
+                    keys.into_iter().map(|(k, v)| (k, v.to_string())).collect(),
+                ))
             }
             "v" => serde_json::from_str::<Value>(rest)
                 .ok()
@@ -75,10 +77,14 @@ pub fn display(path: &[Element]) -> String {
             }
             Element::Key(keys) => {
                 let parts: Vec<String> = keys.iter().map(|(k, v)| format!("{k}={v}")).collect();
-                text.push_str(&format!("[{}]", parts.join(",")));
+                let _ = write!(text, "[{}]", parts.join(","));
             }
-            Element::Value(value) => text.push_str(&format!("[={value}]")),
-            Element::Index(index) => text.push_str(&format!("[{index}]")),
+            Element::Value(value) => {
+                let _ = write!(text, "[={value}]");
+            }
+            Element::Index(index) => {
+                let _ = write!(text, "[{index}]");
+            }
         }
     }
     text
@@ -123,21 +129,25 @@ impl FieldSet {
     }
 
     /// The members `keep` accepts.
+    #[must_use]
     pub fn filter(&self, keep: impl Fn(&[Element]) -> bool) -> Self {
         Self(self.0.iter().filter(|p| keep(p)).cloned().collect())
     }
 
     /// The members of both sets.
+    #[must_use]
     pub fn union(&self, other: &Self) -> Self {
         Self(self.0.union(&other.0).cloned().collect())
     }
 
     /// The members not in `other`.
+    #[must_use]
     pub fn difference(&self, other: &Self) -> Self {
         Self(self.0.difference(&other.0).cloned().collect())
     }
 
     /// The members also in `other`.
+    #[must_use]
     pub fn intersection(&self, other: &Self) -> Self {
         Self(self.0.intersection(&other.0).cloned().collect())
     }
@@ -146,17 +156,7 @@ impl FieldSet {
     pub fn to_fields_v1(&self) -> Value {
         let mut root = Map::new();
         for path in &self.0 {
-            let mut node = &mut root;
-            for element in path {
-                let slot = node
-                    .entry(element.to_fields_v1())
-                    .or_insert_with(|| Value::Object(Map::new()));
-                if !slot.is_object() {
-                    *slot = Value::Object(Map::new());
-                }
-                node = slot.as_object_mut().expect("made an object above");
-            }
-            node.insert(".".into(), Value::Object(Map::new()));
+            insert_path(&mut root, path);
         }
         strip_lone_dots(&mut root);
         Value::Object(root)
@@ -169,6 +169,20 @@ impl FieldSet {
             read_node(map, &mut Vec::new(), &mut set);
         }
         set
+    }
+}
+
+/// Adds the nodes of `path` below `node`, the last marked as a member with `"."`.
+fn insert_path(node: &mut Map<String, Value>, path: &[Element]) {
+    let Some((first, rest)) = path.split_first() else {
+        node.insert(".".into(), Value::Object(Map::new()));
+        return;
+    };
+    let slot = node
+        .entry(first.to_fields_v1())
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(child) = slot {
+        insert_path(child, rest);
     }
 }
 
@@ -230,7 +244,10 @@ mod tests {
         assert!(set.contains(&[field("data"), field("a")]));
         assert!(set.contains(&[field("spec"), field("containers"), key.clone()]));
         assert!(set.contains(&[field("spec"), field("containers"), key, field("image")]));
-        assert!(!set.contains(&[field("spec")]), "a map with members is not itself a member");
+        assert!(
+            !set.contains(&[field("spec")]),
+            "a map with members is not itself a member"
+        );
         assert_eq!(set.to_fields_v1(), fields);
     }
 
@@ -244,7 +261,11 @@ mod tests {
         ];
         assert_eq!(display(&path), ".spec.containers[name=\"app\"].image");
         assert_eq!(
-            display(&[field("metadata"), field("finalizers"), Element::Value("\"a\"".into())]),
+            display(&[
+                field("metadata"),
+                field("finalizers"),
+                Element::Value("\"a\"".into())
+            ]),
             ".metadata.finalizers[=\"a\"]"
         );
     }

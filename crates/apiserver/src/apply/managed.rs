@@ -60,14 +60,16 @@ impl Entry {
     /// How conflict messages name the manager: `"name"`, `"name" with subresource "status"`, and ` using <apiVersion>`
     /// for updates.
     pub fn describe(&self) -> String {
-        let mut text = format!("{:?}", self.manager);
-        if let Some(sub) = &self.subresource {
-            text.push_str(&format!(" with subresource {sub:?}"));
-        }
-        if self.operation == Operation::Update {
-            text.push_str(&format!(" using {}", self.api_version));
-        }
-        text
+        let subresource = self
+            .subresource
+            .as_ref()
+            .map(|sub| format!(" with subresource {sub:?}"))
+            .unwrap_or_default();
+        let api_version = match self.operation {
+            Operation::Update => format!(" using {}", self.api_version),
+            Operation::Apply => String::new(),
+        };
+        format!("{:?}{subresource}{api_version}", self.manager)
     }
 }
 
@@ -150,10 +152,15 @@ pub fn after_write(
             .iter()
             .filter(|entry| !entry.same_owner(&writer))
             .flat_map(|entry| {
-                entry.fields.intersection(&changed).iter().map(|path| Conflict {
-                    manager: entry.describe(),
-                    field: display(path),
-                }).collect::<Vec<_>>()
+                entry
+                    .fields
+                    .intersection(&changed)
+                    .iter()
+                    .map(|path| Conflict {
+                        manager: entry.describe(),
+                        field: display(path),
+                    })
+                    .collect::<Vec<_>>()
             })
             .collect();
         if !conflicts.is_empty() && !force {
@@ -174,7 +181,8 @@ pub fn after_write(
             .difference(&comparison.removed),
     };
     if let Some(previous) = &previous {
-        let untouched = changed.is_empty() && comparison.removed.is_empty() && previous.fields == writer.fields;
+        let untouched =
+            changed.is_empty() && comparison.removed.is_empty() && previous.fields == writer.fields;
         if untouched {
             writer.time.clone_from(&previous.time);
         }
@@ -219,24 +227,47 @@ mod tests {
 
     #[test]
     fn an_apply_that_changes_another_managers_field_conflicts_unless_forced() {
-        let entries = vec![entry("first", Operation::Apply, set(&[&["data", "a"], &["data", "b"]]))];
+        let entries = vec![entry(
+            "first",
+            Operation::Apply,
+            set(&[&["data", "a"], &["data", "b"]]),
+        )];
         let applied = set(&[&["data", "a"]]);
-        let comparison = Comparison { modified: set(&[&["data", "a"]]), ..Comparison::default() };
+        let comparison = Comparison {
+            modified: set(&[&["data", "a"]]),
+            ..Comparison::default()
+        };
         let conflicts = after_write(
             entries.clone(),
-            Write { writer: writer("second", Operation::Apply), applied: Some((&applied, false)) },
+            Write {
+                writer: writer("second", Operation::Apply),
+                applied: Some((&applied, false)),
+            },
             &comparison,
         )
         .unwrap_err();
-        assert_eq!(conflicts, vec![Conflict { manager: "\"first\"".into(), field: ".data.a".into() }]);
+        assert_eq!(
+            conflicts,
+            vec![Conflict {
+                manager: "\"first\"".into(),
+                field: ".data.a".into()
+            }]
+        );
 
         let forced = after_write(
             entries,
-            Write { writer: writer("second", Operation::Apply), applied: Some((&applied, true)) },
+            Write {
+                writer: writer("second", Operation::Apply),
+                applied: Some((&applied, true)),
+            },
             &comparison,
         )
         .expect("forced");
-        assert_eq!(forced[0].fields, set(&[&["data", "b"]]), "the first manager lost the field");
+        assert_eq!(
+            forced[0].fields,
+            set(&[&["data", "b"]]),
+            "the first manager lost the field"
+        );
         assert_eq!(forced[1].fields, applied);
     }
 
@@ -246,7 +277,10 @@ mod tests {
         let applied = set(&[&["data", "a"]]);
         let after = after_write(
             entries,
-            Write { writer: writer("second", Operation::Apply), applied: Some((&applied, false)) },
+            Write {
+                writer: writer("second", Operation::Apply),
+                applied: Some((&applied, false)),
+            },
             &Comparison::default(),
         )
         .expect("no change, no conflict");
@@ -256,7 +290,11 @@ mod tests {
 
     #[test]
     fn an_update_takes_the_fields_it_changes_and_removed_fields_leave_every_entry() {
-        let entries = vec![entry("first", Operation::Apply, set(&[&["data", "a"], &["data", "b"]]))];
+        let entries = vec![entry(
+            "first",
+            Operation::Apply,
+            set(&[&["data", "a"], &["data", "b"]]),
+        )];
         let comparison = Comparison {
             modified: set(&[&["data", "a"]]),
             removed: set(&[&["data", "b"]]),
@@ -264,7 +302,10 @@ mod tests {
         };
         let after = after_write(
             entries,
-            Write { writer: writer("kubectl-edit", Operation::Update), applied: None },
+            Write {
+                writer: writer("kubectl-edit", Operation::Update),
+                applied: None,
+            },
             &comparison,
         )
         .expect("updates never conflict");
@@ -279,7 +320,10 @@ mod tests {
         let entries = vec![entry("first", Operation::Update, set(&[&["data", "a"]]))];
         let after = after_write(
             entries,
-            Write { writer: writer("first", Operation::Update), applied: None },
+            Write {
+                writer: writer("first", Operation::Update),
+                applied: None,
+            },
             &Comparison::default(),
         )
         .expect("no-op");

@@ -46,7 +46,13 @@ fn walk<'v>(
                 if is_granular(child, &child_shape) {
                     walk(child, &child_shape, path, members)?;
                 } else {
-                    members.insert(path.clone(), Member { value: child, keyed_item: false });
+                    members.insert(
+                        path.clone(),
+                        Member {
+                            value: child,
+                            keyed_item: false,
+                        },
+                    );
                 }
                 path.pop();
             }
@@ -61,7 +67,13 @@ fn walk<'v>(
                     return Err(format!("duplicate entries for key {}", display(path)));
                 }
                 let keyed_item = matches!(list_type, ListType::Map(_));
-                members.insert(path.clone(), Member { value: item, keyed_item });
+                members.insert(
+                    path.clone(),
+                    Member {
+                        value: item,
+                        keyed_item,
+                    },
+                );
                 if keyed_item {
                     walk(item, &item_shape, path, members)?;
                 }
@@ -69,7 +81,13 @@ fn walk<'v>(
             }
         }
         _ => {
-            members.insert(path.clone(), Member { value, keyed_item: false });
+            members.insert(
+                path.clone(),
+                Member {
+                    value,
+                    keyed_item: false,
+                },
+            );
         }
     }
     Ok(())
@@ -122,18 +140,24 @@ pub fn merge(live: &Value, config: &Value, shape: &Shape<'_>) -> Value {
             list_type => {
                 let item_shape = shape.item();
                 let element = |item: &Value| item_element(item, &list_type).ok();
+                // Elements by name, so that merging is not quadratic in the list lengths.
+                let applied: BTreeMap<Element, &Value> = config_items
+                    .iter()
+                    .filter_map(|item| element(item).map(|e| (e, item)))
+                    .collect();
+                let mut seen = std::collections::BTreeSet::new();
                 let mut merged = Vec::with_capacity(live_items.len() + config_items.len());
                 for item in live_items {
-                    let applied = config_items
-                        .iter()
-                        .find(|c| element(c).is_some() && element(c) == element(item));
-                    merged.push(match applied {
-                        Some(applied) => merge(item, applied, &item_shape),
+                    let name = element(item);
+                    let config = name.as_ref().and_then(|name| applied.get(name));
+                    merged.push(match config {
+                        Some(config) => merge(item, config, &item_shape),
                         None => item.clone(),
                     });
+                    seen.extend(name);
                 }
                 for item in config_items {
-                    if !live_items.iter().any(|l| element(l).is_some() && element(l) == element(item)) {
+                    if element(item).is_none_or(|name| !seen.contains(&name)) {
                         merged.push(item.clone());
                     }
                 }
@@ -197,7 +221,12 @@ fn members_of<'v>(value: &'v Value, shape: &Shape<'_>) -> BTreeMap<Path, Member<
 
 /// Members with every list atomic, for objects whose lists cannot be named element by element.
 fn lenient<'v>(value: &'v Value, shape: &Shape<'_>, members: &mut BTreeMap<Path, Member<'v>>) {
-    fn go<'v>(value: &'v Value, shape: &Shape<'_>, path: &mut Path, members: &mut BTreeMap<Path, Member<'v>>) {
+    fn go<'v>(
+        value: &'v Value,
+        shape: &Shape<'_>,
+        path: &mut Path,
+        members: &mut BTreeMap<Path, Member<'v>>,
+    ) {
         match value {
             Value::Object(map) if !shape.atomic_map() && !map.is_empty() => {
                 for (key, child) in map {
@@ -207,7 +236,13 @@ fn lenient<'v>(value: &'v Value, shape: &Shape<'_>, members: &mut BTreeMap<Path,
                 }
             }
             _ => {
-                members.insert(path.clone(), Member { value, keyed_item: false });
+                members.insert(
+                    path.clone(),
+                    Member {
+                        value,
+                        keyed_item: false,
+                    },
+                );
             }
         }
     }
@@ -246,11 +281,12 @@ pub fn remove(object: &mut Value, path: &[Element]) {
 
 /// Whether a list element is the one a `Key` or `Value` path element names.
 fn names(item: &Value, element: &Element) -> bool {
+    let parsed = |json: &str| serde_json::from_str::<Value>(json).unwrap_or(Value::Null);
     match element {
         Element::Key(keys) => keys
             .iter()
-            .all(|(key, value)| item.get(key).is_some_and(|v| v.to_string() == *value)),
-        Element::Value(value) => item.to_string() == *value,
+            .all(|(key, value)| item.get(key) == Some(&parsed(value))),
+        Element::Value(value) => *item == parsed(value),
         _ => false,
     }
 }
@@ -315,7 +351,11 @@ mod tests {
         let schema = schema();
         let shape = Shape::root(&schema, None);
         let twice = json!({ "spec": { "pools": [{ "name": "a" }, { "name": "a" }] } });
-        assert!(fields_of(&twice, &shape).unwrap_err().contains("duplicate entries"));
+        assert!(
+            fields_of(&twice, &shape)
+                .unwrap_err()
+                .contains("duplicate entries")
+        );
         let keyless = json!({ "spec": { "pools": [{ "size": 1 }] } });
         assert!(fields_of(&keyless, &shape).unwrap_err().contains("\"name\""));
     }
@@ -357,10 +397,15 @@ mod tests {
         let set = fields_of(&object, &shape).expect("valid");
         for path in set.iter().filter(|p| {
             let text = display(p);
-            text == ".spec.pools[name=\"a\"].size" || text == ".spec.pools[name=\"b\"]" || text == ".spec.zones[=\"z1\"]"
+            text == ".spec.pools[name=\"a\"].size"
+                || text == ".spec.pools[name=\"b\"]"
+                || text == ".spec.zones[=\"z1\"]"
         }) {
             remove(&mut object, path);
         }
-        assert_eq!(object, json!({ "spec": { "pools": [{ "name": "a" }], "zones": ["z2"] } }));
+        assert_eq!(
+            object,
+            json!({ "spec": { "pools": [{ "name": "a" }], "zones": ["z2"] } })
+        );
     }
 }

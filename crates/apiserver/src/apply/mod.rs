@@ -70,7 +70,11 @@ pub struct Manager {
 impl Manager {
     /// The manager of a request: `fieldManager`, else the User-Agent's product (`kubectl/v1.32.0 ...` →
     /// `kubectl`), as kube-apiserver defaults it. None when neither is given.
-    pub fn of_request(field_manager: Option<&str>, user_agent: Option<&str>, subresource: Option<&str>) -> Option<Self> {
+    pub fn of_request(
+        field_manager: Option<&str>,
+        user_agent: Option<&str>,
+        subresource: Option<&str>,
+    ) -> Option<Self> {
         let name = field_manager
             .filter(|m| !m.is_empty())
             .map(str::to_owned)
@@ -188,21 +192,27 @@ fn set_entries(object: &mut Value, entries: Option<Value>) {
 
 /// The 409 of conflicting applies, worded as kube-apiserver words it: one cause per field, named by its manager.
 fn conflict_error(conflicts: &[Conflict]) -> ApiError {
-    let message = match conflicts {
-        [one] => format!("Apply failed with 1 conflict: conflict with {}: {}", one.manager, one.field),
-        _ => {
-            let mut managers: Vec<&str> = conflicts.iter().map(|c| c.manager.as_str()).collect();
-            managers.sort_unstable();
-            managers.dedup();
-            let mut lines = Vec::new();
-            for manager in managers {
-                lines.push(format!("conflicts with {manager}:"));
-                for conflict in conflicts.iter().filter(|c| c.manager == manager) {
-                    lines.push(format!("- {}", conflict.field));
-                }
+    let message = if let [one] = conflicts {
+        format!(
+            "Apply failed with 1 conflict: conflict with {}: {}",
+            one.manager, one.field
+        )
+    } else {
+        let mut managers: Vec<&str> = conflicts.iter().map(|c| c.manager.as_str()).collect();
+        managers.sort_unstable();
+        managers.dedup();
+        let mut lines = Vec::new();
+        for manager in managers {
+            lines.push(format!("conflicts with {manager}:"));
+            for conflict in conflicts.iter().filter(|c| c.manager == manager) {
+                lines.push(format!("- {}", conflict.field));
             }
-            format!("Apply failed with {} conflicts: {}", conflicts.len(), lines.join("\n"))
         }
+        format!(
+            "Apply failed with {} conflicts: {}",
+            conflicts.len(),
+            lines.join("\n")
+        )
     };
     let causes = conflicts
         .iter()
@@ -289,7 +299,12 @@ pub fn patch(
 /// Removes from `merged` the fields the applier applied last time and applies no longer, unless another manager
 /// owns them (or fields below them).
 fn prune(ctx: &Context, current: &Value, merged: &mut Value) {
-    let Some(Manager { name, subresource, applied: Some(applied) }) = ctx.manager.as_ref() else {
+    let Some(Manager {
+        name,
+        subresource,
+        applied: Some(applied),
+    }) = ctx.manager.as_ref()
+    else {
         return;
     };
     let entries = managed::read(current);
@@ -300,7 +315,9 @@ fn prune(ctx: &Context, current: &Value, merged: &mut Value) {
         return;
     };
     for path in last.fields.difference(&applied.fields).iter() {
-        let owned_elsewhere = entries.iter().any(|e| !is_applier(e) && e.fields.has_prefix(path));
+        let owned_elsewhere = entries
+            .iter()
+            .any(|e| !is_applier(e) && e.fields.has_prefix(path));
         if !owned_elsewhere {
             merge::remove(merged, path);
         }
@@ -309,23 +326,35 @@ fn prune(ctx: &Context, current: &Value, merged: &mut Value) {
 
 /// The configuration of an apply body (YAML or JSON): an object of this resource's apiVersion and kind, named
 /// as the URL names it, without managedFields; nulls dropped, and reduced to what the subresource writes.
-fn configuration(ctx: &Context, name: &str, subresource: Option<&str>, body: &[u8]) -> Result<Value, ApiError> {
+fn configuration(
+    ctx: &Context,
+    name: &str,
+    subresource: Option<&str>,
+    body: &[u8],
+) -> Result<Value, ApiError> {
     let text = std::str::from_utf8(body)
         .map_err(|_| ApiError::BadRequest("the apply configuration is not UTF-8 text".into()))?;
     // The parser's message may quote the body, which may hold a secret: only say where it failed.
     let mut config: Value = serde_saphyr::from_str(text).map_err(|_| {
-        ApiError::BadRequest("error decoding the apply configuration: it is neither valid YAML nor JSON".into())
+        ApiError::BadRequest(
+            "error decoding the apply configuration: it is neither valid YAML nor JSON".into(),
+        )
     })?;
     if !config.is_object() {
         return Err(ApiError::BadRequest(
-            "the apply configuration must be an object (a map), with apiVersion, kind and metadata.name".into(),
+            "the apply configuration must be an object (a map), with apiVersion, kind and metadata.name"
+                .into(),
         ));
     }
     for field in ["apiVersion", "kind"] {
         if config[field].as_str().is_none_or(str::is_empty) {
             return Err(ApiError::BadRequest(format!(
                 "the apply configuration has no {field}: it must be set (to {:?})",
-                if field == "kind" { ctx.def.kind.clone() } else { ctx.def.api_version() }
+                if field == "kind" {
+                    ctx.def.kind.clone()
+                } else {
+                    ctx.def.api_version()
+                }
             )));
         }
     }
@@ -352,7 +381,8 @@ fn configuration(ctx: &Context, name: &str, subresource: Option<&str>, body: &[u
         match meta["namespace"].as_str() {
             Some(ns) if ns != ctx.namespace => {
                 return Err(ApiError::BadRequest(
-                    "the namespace of the provided object does not match the namespace sent on the request".into(),
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                        .into(),
                 ));
             }
             _ => meta["namespace"] = json!(ctx.namespace),
@@ -369,4 +399,53 @@ fn configuration(ctx: &Context, name: &str, subresource: Option<&str>, body: &[u
         }
     }
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conflict(manager: &str, field: &str) -> Conflict {
+        Conflict {
+            manager: manager.into(),
+            field: field.into(),
+        }
+    }
+
+    #[test]
+    fn several_conflicts_are_listed_by_manager_as_kube_apiserver_lists_them() {
+        let err = conflict_error(&[
+            conflict("\"b\"", ".spec.replicas"),
+            conflict("\"a\" using v1", ".data.x"),
+            conflict("\"b\"", ".spec.paused"),
+        ]);
+        assert_eq!(
+            err.to_string(),
+            "Apply failed with 3 conflicts: conflicts with \"a\" using v1:\n- .data.x\nconflicts with \"b\":\n- \
+             .spec.replicas\n- .spec.paused"
+        );
+        let status = err.to_status();
+        assert_eq!(status["code"], 409);
+        assert_eq!(status["reason"], "Conflict");
+        assert_eq!(status["details"]["causes"][0]["reason"], "FieldManagerConflict");
+        assert_eq!(status["details"]["causes"][0]["message"], "conflict with \"b\"");
+        assert_eq!(status["details"]["causes"][0]["field"], ".spec.replicas");
+    }
+
+    #[test]
+    fn the_manager_defaults_to_the_user_agent_product() {
+        let manager = Manager::of_request(
+            None,
+            Some("kubectl/v1.32.0 (linux/amd64) kubernetes/abc"),
+            Some("scale"),
+        )
+        .expect("a manager");
+        assert_eq!(manager.name, "kubectl");
+        assert_eq!(manager.subresource.as_deref(), Some("scale"));
+        assert_eq!(
+            Manager::of_request(Some("flux"), Some("kubectl/v1"), None).map(|m| m.name),
+            Some("flux".into())
+        );
+        assert!(Manager::of_request(None, None, None).is_none());
+    }
 }

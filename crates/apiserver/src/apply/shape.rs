@@ -40,6 +40,7 @@ impl<'s> Shape<'s> {
     }
 
     /// The shape of a map field.
+    #[must_use]
     pub fn field(&self, name: &str) -> Self {
         let schema = self.schema["properties"]
             .get(name)
@@ -55,6 +56,7 @@ impl<'s> Shape<'s> {
     }
 
     /// The shape of a list element.
+    #[must_use]
     pub fn item(&self) -> Self {
         Self {
             schema: self.schema.get("items").unwrap_or(&NO_SCHEMA),
@@ -114,7 +116,10 @@ mod tests {
         let root = Shape::root(&schema, None);
         let spec = root.field("spec");
         assert_eq!(spec.field("zones").list_type(), ListType::Set);
-        assert_eq!(spec.field("pools").list_type(), ListType::Map(vec!["name".into()]));
+        assert_eq!(
+            spec.field("pools").list_type(),
+            ListType::Map(vec!["name".into()])
+        );
         assert_eq!(spec.field("args").list_type(), ListType::Atomic);
         assert!(spec.field("labels").atomic_map());
         assert!(!spec.atomic_map());
@@ -129,7 +134,13 @@ mod tests {
             ListType::Map(vec!["name".into()])
         );
         let custom = Shape::root(&none, None);
-        assert_eq!(custom.field("metadata").field("finalizers").list_type(), ListType::Set);
-        assert_eq!(custom.field("spec").field("containers").list_type(), ListType::Atomic);
+        assert_eq!(
+            custom.field("metadata").field("finalizers").list_type(),
+            ListType::Set
+        );
+        assert_eq!(
+            custom.field("spec").field("containers").list_type(),
+            ListType::Atomic
+        );
     }
 }
