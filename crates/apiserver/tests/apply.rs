@@ -365,3 +365,66 @@ async fn apply_needs_a_field_manager_and_force_is_only_for_apply() {
         "BadRequest",
     );
 }
+
+// fieldmanager.go: the managedFields a write sends are used when they decode and are not empty ("This is necessary
+// to allow directly updating managed fields"); `[{}]` resets them. kubectl relies on it to move client-side apply
+// ownership to its server-side apply manager.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_may_set_or_clear_managed_fields_itself() {
+    let t = TestServer::start().await;
+    let secrets: Api<Secret> = t.api();
+    secrets
+        .patch(
+            "s",
+            &PatchParams::apply("first"),
+            &Patch::Apply(secret(&[("a", "1")])),
+        )
+        .await
+        .unwrap();
+    let moved = json!({ "metadata": { "managedFields": [{
+        "manager": "second", "operation": "Apply", "apiVersion": "v1", "fieldsType": "FieldsV1",
+        "fieldsV1": { "f:data": { "f:a": {} } },
+    }] } });
+    let patched = secrets
+        .patch("s", &PatchParams::default(), &Patch::Merge(&moved))
+        .await
+        .unwrap();
+    assert_eq!(
+        managed(&patched),
+        vec![(
+            "second".into(),
+            "Apply".into(),
+            None,
+            json!({ "f:data": { "f:a": {} } })
+        )]
+    );
+    // Now `second` may change the field without a conflict, and `first` may not.
+    secrets
+        .patch(
+            "s",
+            &PatchParams::apply("second"),
+            &Patch::Apply(secret(&[("a", "2")])),
+        )
+        .await
+        .unwrap();
+    expect_status(
+        secrets
+            .patch(
+                "s",
+                &PatchParams::apply("first"),
+                &Patch::Apply(secret(&[("a", "3")])),
+            )
+            .await,
+        409,
+        "Conflict",
+    );
+    let cleared = secrets
+        .patch(
+            "s",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "metadata": { "managedFields": [{}] } })),
+        )
+        .await
+        .unwrap();
+    assert!(cleared.managed_fields().is_empty());
+}

@@ -95,6 +95,33 @@ fn server_side_apply_of_a_secret_conflicts_with_a_second_manager_until_forced() 
     assert!(err.contains("conflict with \"other\": .data.key"), "{err}");
 }
 
+// kubectl moves what client-side apply owned to its server-side manager before the first server-side apply (it
+// rewrites managedFields with a JSON patch), so changing a value that `kubectl apply` set is no conflict.
+#[test]
+fn server_side_apply_takes_over_from_client_side_apply_without_a_conflict() {
+    let server = Server::start("ssa-upgrade");
+    let first = server.write("secret.yaml", &secret("b25l"));
+    let out = server.kubectl_ok(&["apply", "-f", arg(&first)]);
+    assert_eq!(out.trim(), "secret/app created");
+    assert_eq!(
+        managers(&server, "secret/app"),
+        vec!["kubectl-client-side-apply/Update"]
+    );
+    let second = server.write("secret-two.yaml", &secret("dHdv"));
+    let out = server.kubectl_ok(&["apply", "--server-side", "-f", arg(&second)]);
+    assert_eq!(out.trim(), "secret/app serverside-applied");
+    assert_eq!(
+        server.kubectl_ok(&["get", "secret", "app", "-o", "jsonpath={.data.key}"]),
+        "dHdv"
+    );
+    // kubectl moved client-side apply's entry to `kubectl` and keeps the last-applied annotation under a manager of
+    // its own, as against a real server.
+    assert_eq!(
+        managers(&server, "secret/app"),
+        vec!["kubectl-last-applied/Apply", "kubectl/Apply"]
+    );
+}
+
 #[test]
 fn server_side_apply_of_a_machine_deployment_tracks_managers_and_forces_conflicts() {
     let server = Server::start("ssa-machinedeployment");

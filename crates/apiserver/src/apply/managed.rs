@@ -107,10 +107,13 @@ pub fn write(entries: &[Entry]) -> Value {
                     "manager": entry.manager,
                     "operation": entry.operation.as_str(),
                     "apiVersion": entry.api_version,
-                    "time": entry.time,
                     "fieldsType": "FieldsV1",
                     "fieldsV1": entry.fields.to_fields_v1(),
                 });
+                // An entry a client wrote without a time keeps none.
+                if !entry.time.is_empty() {
+                    value["time"] = json!(entry.time);
+                }
                 if let Some(sub) = &entry.subresource {
                     value["subresource"] = json!(sub);
                 }
@@ -125,6 +128,8 @@ pub fn write(entries: &[Entry]) -> Value {
 pub struct Conflict {
     /// The owner, as [`Entry::describe`] names it.
     pub manager: String,
+    /// The field's path.
+    pub path: super::fieldset::Path,
     /// The field, as kube-apiserver writes paths (`.spec.replicas`).
     pub field: String,
 }
@@ -158,6 +163,7 @@ pub fn after_write(
                     .iter()
                     .map(|path| Conflict {
                         manager: entry.describe(),
+                        path: path.clone(),
                         field: display(path),
                     })
                     .collect::<Vec<_>>()
@@ -250,6 +256,7 @@ mod tests {
             conflicts,
             vec![Conflict {
                 manager: "\"first\"".into(),
+                path: vec![Element::Field("data".into()), Element::Field("a".into())],
                 field: ".data.a".into()
             }]
         );

@@ -139,8 +139,13 @@ fn shape_of(def: &ResourceDef) -> Shape<'_> {
 /// 409 when an unforced apply changes fields other managers own. Writes without a manager (the server's own) keep
 /// the current entries.
 pub fn record(ctx: &Context, current: Option<&Value>, next: &mut Value) -> Result<(), ApiError> {
+    let sent = sent_entries(next);
     let Some(manager) = ctx.manager.as_ref() else {
-        set_entries(next, current.map(|c| c["metadata"]["managedFields"].clone()));
+        let kept = match sent {
+            Some(sent) => Some(managed::write(&sent)),
+            None => current.map(|c| c["metadata"]["managedFields"].clone()),
+        };
+        set_entries(next, kept);
         return Ok(());
     };
     let subresource = manager.subresource.as_deref();
@@ -150,7 +155,10 @@ pub fn record(ctx: &Context, current: Option<&Value>, next: &mut Value) -> Resul
     comparison.added = comparison.added.filter(keep);
     comparison.modified = comparison.modified.filter(keep);
     comparison.removed = comparison.removed.filter(keep);
-    let entries = current.map(managed::read).unwrap_or_default();
+    let entries = match (&manager.applied, sent) {
+        (None, Some(sent)) => sent,
+        _ => current.map(managed::read).unwrap_or_default(),
+    };
     let write = Write {
         writer: Entry {
             manager: manager.name.clone(),
@@ -166,13 +174,60 @@ pub fn record(ctx: &Context, current: Option<&Value>, next: &mut Value) -> Resul
         },
         applied: manager.applied.as_ref().map(|a| (&a.fields, a.force)),
     };
-    match managed::after_write(entries, write, &comparison) {
-        Ok(entries) => {
-            set_entries(next, Some(managed::write(&entries)));
-            Ok(())
+    let entries = match managed::after_write(entries.clone(), write.clone(), &comparison) {
+        Ok(entries) => entries,
+        Err(conflicts) => {
+            let allowed = current.and_then(|live| taken_from_client_side_apply(ctx, manager, live));
+            let all_allowed =
+                allowed.is_some_and(|allowed| conflicts.iter().all(|c| allowed.contains(&c.path)));
+            if !all_allowed {
+                return Err(conflict_error(&conflicts));
+            }
+            let forced = Write {
+                applied: write.applied.map(|(fields, _)| (fields, true)),
+                ..write
+            };
+            managed::after_write(entries, forced, &comparison).map_err(|c| conflict_error(&c))?
         }
-        Err(conflicts) => Err(conflict_error(&conflicts)),
+    };
+    set_entries(next, Some(managed::write(&entries)));
+    Ok(())
+}
+
+/// The manager kubectl uses for `apply --server-side`, the only one that takes over client-side apply's fields.
+const KUBECTL_MANAGER: &str = "kubectl";
+/// The annotation client-side apply keeps its last applied configuration in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The fields `kubectl apply --server-side` may take without a conflict, as kube-apiserver's last-applied manager
+/// allows them: those of the object's client-side last-applied configuration whose value is still the live one.
+/// None for any other manager or an object without that annotation.
+fn taken_from_client_side_apply(ctx: &Context, manager: &Manager, live: &Value) -> Option<FieldSet> {
+    if manager.name != KUBECTL_MANAGER || manager.applied.is_none() {
+        return None;
     }
+    let last_applied: Value =
+        serde_json::from_str(live["metadata"]["annotations"][LAST_APPLIED].as_str()?).ok()?;
+    let shape = shape_of(&ctx.def);
+    let fields = merge::fields_of(&last_applied, &shape).ok()?;
+    let changed_since = merge::compare(&last_applied, live, &shape).modified;
+    Some(fields.difference(&changed_since))
+}
+
+/// The managedFields a non-apply write sets itself, as kube-apiserver honours them (kubectl rewrites them when it
+/// moves client-side apply ownership to server-side apply): `[{}]` clears them; a list whose every entry can be
+/// read replaces them. None when the write leaves them as they are (none sent, an empty list, or unreadable ones).
+fn sent_entries(next: &Value) -> Option<Vec<Entry>> {
+    let sent = next["metadata"]["managedFields"].as_array()?;
+    if !sent.is_empty()
+        && sent
+            .iter()
+            .all(|e| e.as_object().is_some_and(serde_json::Map::is_empty))
+    {
+        return Some(Vec::new());
+    }
+    let entries = managed::read(next);
+    (!sent.is_empty() && entries.len() == sent.len()).then_some(entries)
 }
 
 /// Puts the entries on the object, or removes managedFields when there are none.
@@ -408,6 +463,7 @@ mod tests {
     fn conflict(manager: &str, field: &str) -> Conflict {
         Conflict {
             manager: manager.into(),
+            path: Vec::new(),
             field: field.into(),
         }
     }
