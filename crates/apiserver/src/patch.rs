@@ -49,7 +49,7 @@ pub enum PatchType {
 impl PatchType {
     /// From a request Content-Type (parameters such as "; charset=utf-8" ignored): application/merge-patch+json,
     /// application/json-patch+json, application/strategic-merge-patch+json. None for anything else
-    /// (application/apply-patch+yaml included: server-side apply is not served).
+    /// (application/apply-patch+yaml included: server-side apply is served by [`crate::apply`]).
     pub fn from_content_type(content_type: &str) -> Option<Self> {
         let media_type = content_type.split(';').next().unwrap_or_default().trim();
         if media_type.eq_ignore_ascii_case("application/merge-patch+json") {
