@@ -297,7 +297,7 @@ pub fn write_approval(
     change: ApprovalChange<'_>,
 ) -> Result<Outcome, ApiError> {
     let def = &ctx.def;
-    let (stored, _) = store.mutate(&format!("{}/{}", def.group, def.plural), "", name, |current| {
+    let (stored, _) = crate::objects::commit(store, ctx, name, |current| {
         let current = current.ok_or_else(|| ApiError::not_found(def, name))?;
         let wanted = match change {
             ApprovalChange::Replace(object) => match object["metadata"]["name"].as_str() {
@@ -698,6 +698,7 @@ mod tests {
             field_validation: FieldValidation::Strict,
             admission: false,
             manager: None,
+            dry_run: false,
         };
         let admin = user("admin", &["system:masters"]);
         stored_pending(&store, &ctx, &pki, "system:node:n7", &admin);
@@ -759,6 +760,7 @@ mod tests {
             field_validation: FieldValidation::Strict,
             admission: false,
             manager: None,
+            dry_run: false,
         };
         let mut object = csr("admin", "system:nodes", KUBELET_USAGES);
         prepare_create(

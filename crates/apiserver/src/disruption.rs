@@ -248,6 +248,7 @@ pub fn evict(
         field_validation: FieldValidation::Ignore,
         admission: false,
         manager: None,
+        dry_run: false,
     };
     let terminal = matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));
     let deleting = is_deleting(&pod);

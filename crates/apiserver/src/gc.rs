@@ -231,6 +231,7 @@ impl Item {
             field_validation: FieldValidation::Ignore,
             admission: false,
             manager: None,
+            dry_run: false,
         }
     }
 }
@@ -674,6 +675,7 @@ mod tests {
             field_validation: FieldValidation::Strict,
             admission: false,
             manager: None,
+            dry_run: false,
         }
     }
 

@@ -45,6 +45,27 @@ pub struct Context {
     pub admission: bool,
     /// Who writes, for `metadata.managedFields` ([`crate::apply::record`]); None for the server's own writes.
     pub manager: Option<crate::apply::Manager>,
+    /// `dryRun=All`: every check and admission runs, nothing is stored ([`commit`]).
+    pub dry_run: bool,
+}
+
+/// Commits a write decided by `decide` ([`Store::mutate`]), or, in a dry run, only decides it
+/// ([`Store::preview`]): the answer is the same, nothing is stored and no watch event is sent.
+pub fn commit<F>(
+    store: &Store,
+    ctx: &Context,
+    name: &str,
+    decide: F,
+) -> Result<(Option<Arc<Value>>, Option<EventType>), ApiError>
+where
+    F: FnOnce(Option<&Arc<Value>>) -> Result<Mutation, ApiError>,
+{
+    let resource = resource_id(&ctx.def);
+    if ctx.dry_run {
+        store.preview(&resource, &ctx.namespace, name, decide)
+    } else {
+        store.mutate(&resource, &ctx.namespace, name, decide)
+    }
 }
 
 /// The result of a write.
@@ -327,6 +348,7 @@ pub fn create(store: &Store, ctx: &Context, mut object: Value) -> Result<Outcome
     meta.insert("name".into(), json!(name));
     validate_meta(ctx, &object)?;
     validate_fields(ctx, &mut object, &mut warnings)?;
+    crate::secret_data::check_body(&ctx.def, &object)?;
     crate::admission::admit(ctx, None, &object)?;
     fold_string_data(ctx, &mut object);
     let meta = meta_mut(&mut object);
@@ -362,15 +384,10 @@ pub fn create(store: &Store, ctx: &Context, mut object: Value) -> Result<Outcome
     }
     crate::apply::record(ctx, None, &mut object)?;
     check_namespace(store, ctx)?;
-    let (stored, _) = store.mutate(
-        &resource_id(&ctx.def),
-        &ctx.namespace,
-        &name,
-        |current| match current {
-            Some(_) => Err(ApiError::already_exists(&ctx.def, &name)),
-            None => Ok(Mutation::Put(object)),
-        },
-    )?;
+    let (stored, _) = commit(store, ctx, &name, |current| match current {
+        Some(_) => Err(ApiError::already_exists(&ctx.def, &name)),
+        None => Ok(Mutation::Put(object)),
+    })?;
     Ok(Outcome {
         object: stored.map(|o| (*o).clone()).unwrap_or_default(),
         warnings,
@@ -554,8 +571,9 @@ pub fn update(store: &Store, ctx: &Context, name: &str, mut object: Value) -> Re
         ));
     }
     validate_fields(ctx, &mut object, &mut warnings)?;
+    crate::secret_data::check_body(&ctx.def, &object)?;
     fold_string_data(ctx, &mut object);
-    let (stored, _) = store.mutate(&resource_id(&ctx.def), &ctx.namespace, name, |current| {
+    let (stored, _) = commit(store, ctx, name, |current| {
         let current = current.ok_or_else(|| ApiError::not_found(&ctx.def, name))?;
         validate_meta(ctx, &object)?;
         check_resource_version(ctx, current, requested_rv.as_deref())?;
@@ -578,7 +596,7 @@ pub fn update_status(
     crate::metadata::check_type_meta(&ctx.def, &object)?;
     validate_fields(ctx, &mut object, &mut warnings)?;
     let requested_rv = object["metadata"]["resourceVersion"].as_str().map(str::to_owned);
-    let (stored, _) = store.mutate(&resource_id(&ctx.def), &ctx.namespace, name, |current| {
+    let (stored, _) = commit(store, ctx, name, |current| {
         let current = current.ok_or_else(|| ApiError::not_found(&ctx.def, name))?;
         check_resource_version(ctx, current, requested_rv.as_deref())?;
         let mut next = (**current).clone();
@@ -626,7 +644,7 @@ fn with_replicas(def: &ResourceDef, current: &Value, replicas: i64) -> Value {
 pub fn update_scale(store: &Store, ctx: &Context, name: &str, scale: &Value) -> Result<Outcome, ApiError> {
     let replicas = replicas_from_scale(ctx, name, scale)?;
     let requested_rv = scale["metadata"]["resourceVersion"].as_str().map(str::to_owned);
-    let (stored, _) = store.mutate(&resource_id(&ctx.def), &ctx.namespace, name, |current| {
+    let (stored, _) = commit(store, ctx, name, |current| {
         let current = current.ok_or_else(|| ApiError::not_found(&ctx.def, name))?;
         check_resource_version(ctx, current, requested_rv.as_deref())?;
         decide(ctx, current, with_replicas(&ctx.def, current, replicas))
@@ -681,7 +699,7 @@ pub(crate) fn patch_with(
     make: impl Fn(&str, &Value) -> Result<Value, ApiError>,
 ) -> Result<Outcome, ApiError> {
     let mut warnings = Vec::new();
-    let (stored, _) = store.mutate(&resource_id(&ctx.def), &ctx.namespace, name, |current| {
+    let (stored, _) = commit(store, ctx, name, |current| {
         let current = current.ok_or_else(|| ApiError::not_found(&ctx.def, name))?;
         let next = match subresource {
             Some("scale") => {
@@ -703,6 +721,7 @@ pub(crate) fn patch_with(
                 check_resource_version(ctx, current, patched["metadata"]["resourceVersion"].as_str())?;
                 validate_meta(ctx, &patched)?;
                 validate_fields(ctx, &mut patched, &mut warnings)?;
+                crate::secret_data::check_patched(&ctx.def, &patched)?;
                 fold_string_data(ctx, &mut patched);
                 check_immutable(ctx, current, &patched)?;
                 keep_server_fields(&ctx.def, current, &mut patched, true);
@@ -726,6 +745,8 @@ pub struct DeleteOptions {
     pub propagation_policy: Option<String>,
     /// Seconds a pod is given to terminate (`gracePeriodSeconds`); the pod's own default when absent.
     pub grace_period_seconds: Option<i64>,
+    /// `dryRun: ["All"]` in the body (kubectl and kube-rs send it there) or `dryRun=All` in the query.
+    pub dry_run: bool,
 }
 
 impl DeleteOptions {
@@ -765,7 +786,23 @@ impl DeleteOptions {
                 "gracePeriodSeconds must be greater than or equal to 0".into(),
             ));
         }
+        let mut dry_run = crate::options::check_dry_run("DeleteOptions", query)?;
+        match &value["dryRun"] {
+            Value::Null => {}
+            Value::Array(values) => {
+                for value in values {
+                    let text = value.as_str().unwrap_or_default();
+                    dry_run |= crate::options::dry_run_value("DeleteOptions", text)?;
+                }
+            }
+            _ => {
+                return Err(ApiError::BadRequest(
+                    "error decoding DeleteOptions: dryRun must be a list".into(),
+                ));
+            }
+        }
         Ok(Self {
+            dry_run,
             grace_period_seconds: grace,
             uid: value["preconditions"]["uid"].as_str().map(str::to_owned),
             resource_version: value["preconditions"]["resourceVersion"]
@@ -791,7 +828,7 @@ pub fn delete(
             "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
         )));
     }
-    let (stored, event) = store.mutate(&resource_id(&ctx.def), &ctx.namespace, name, |current| {
+    let (stored, event) = commit(store, ctx, name, |current| {
         let current = current.ok_or_else(|| ApiError::not_found(&ctx.def, name))?;
         let meta = &current["metadata"];
         if let Some(uid) = &options.uid
@@ -800,7 +837,10 @@ pub fn delete(
             return Err(ApiError::conflict(
                 &ctx.def,
                 name,
-                &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {}", meta["uid"].as_str().unwrap_or_default()),
+                &format!(
+                    "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                    meta["uid"].as_str().unwrap_or_default()
+                ),
             ));
         }
         if let Some(rv) = &options.resource_version
@@ -841,7 +881,11 @@ pub fn delete(
         if is_deleting(current) {
             // Only the garbage collector's finalizers change on an object being deleted.
             let same = finalizers(&next) == finalizers(current);
-            return Ok(if same { Mutation::Unchanged } else { Mutation::Put(next) });
+            return Ok(if same {
+                Mutation::Unchanged
+            } else {
+                Mutation::Put(next)
+            });
         }
         let meta = meta_mut(&mut next);
         meta.insert("deletionTimestamp".into(), json!(timestamp(ctx.now)));
@@ -874,6 +918,7 @@ pub fn finalize_namespaces(store: &Store, registry: &Registry, now: jiff::Timest
                 field_validation: FieldValidation::Ignore,
                 admission: false,
                 manager: None,
+                dry_run: false,
             };
             let (items, _) = store.list(&resource_id(def), Some(&ns_name));
             for item in items {
@@ -907,6 +952,7 @@ pub fn ensure_default_namespaces(store: &Store, registry: &Registry) -> Result<(
         field_validation: FieldValidation::Strict,
         admission: false,
         manager: None,
+        dry_run: false,
     };
     for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         if store.get("/namespaces", "", name).is_none() {

@@ -58,6 +58,30 @@ pub fn check_field_manager(options_kind: &str, query: &Query) -> Result<(), ApiE
     }
 }
 
+/// `dryRun`: absent, empty or `All` (kube-apiserver's `ValidateDryRun`); anything else is 422 naming the options kind
+/// and the field. Returns whether the request is a dry run.
+pub fn check_dry_run(options_kind: &str, query: &Query) -> Result<bool, ApiError> {
+    dry_run_value(options_kind, query.get("dryRun").unwrap_or_default())
+}
+
+/// One `dryRun` value (a query parameter, or an entry of DeleteOptions' `dryRun` list), as [`check_dry_run`].
+pub fn dry_run_value(options_kind: &str, value: &str) -> Result<bool, ApiError> {
+    match value {
+        "" => Ok(false),
+        "All" => Ok(true),
+        other => Err(ApiError::invalid_kind(
+            META_GROUP,
+            options_kind,
+            "",
+            vec![cause(
+                "FieldValueNotSupported",
+                "dryRun",
+                format!("Unsupported value: {other:?}: supported values: \"All\""),
+            )],
+        )),
+    }
+}
+
 /// The invisible format characters Go's `unicode.IsPrint` refuses besides controls (category Cf, the common ones).
 fn is_format_char(c: char) -> bool {
     matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2064}' | '\u{feff}')
@@ -179,6 +203,8 @@ pub enum BodyFormat {
     Json,
     /// `application/yaml`.
     Yaml,
+    /// `application/vnd.kubernetes.protobuf` (the built-in kinds only: [`crate::protobuf::check_body`]).
+    Protobuf,
 }
 
 /// The body form a Content-Type names, as apiserver `endpoints/handlers/negotiation`
@@ -204,6 +230,7 @@ pub fn body_format(headers: &HeaderMap) -> Result<BodyFormat, ApiError> {
     match parse_media_type(text).as_deref() {
         Some("application/json") => Ok(BodyFormat::Json),
         Some("application/yaml") => Ok(BodyFormat::Yaml),
+        Some(crate::protobuf::MEDIA_TYPE) => Ok(BodyFormat::Protobuf),
         Some(other) => Err(unsupported(other)),
         None => Err(unsupported(&format!("malformed media type {text:?}"))),
     }

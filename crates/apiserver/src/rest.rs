@@ -92,6 +92,8 @@ pub enum Format {
     /// `meta.k8s.io/v1` PartialObjectMetadata (and PartialObjectMetadataList): metadata only, as kube's
     /// metadata watchers and `list_metadata` ask for.
     Metadata,
+    /// `application/vnd.kubernetes.protobuf`, for the built-in kinds ([`crate::protobuf`]).
+    Protobuf,
 }
 
 /// An object reduced to its metadata (`PartialObjectMetadata`).
@@ -133,7 +135,8 @@ pub fn negotiate(headers: &HeaderMap, table_allowed: bool) -> Result<Format, Api
         }
     }
     Err(ApiError::NotAcceptable(
-        "only the following media types are accepted: application/json, application/yaml".into(),
+        "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf"
+            .into(),
     ))
 }
 
@@ -164,6 +167,10 @@ pub fn respond_value(
         Format::Yaml => match serde_saphyr::to_string(value) {
             Ok(text) => respond(status, "application/yaml", text.into_bytes(), warnings),
             Err(err) => error_response(&ApiError::Internal(format!("cannot write YAML: {err}"))),
+        },
+        Format::Protobuf => match crate::protobuf::encode(value) {
+            Ok(body) => respond(status, crate::protobuf::MEDIA_TYPE, body, warnings),
+            Err(err) => error_response(&err),
         },
         _ => respond(
             status,
@@ -282,7 +289,7 @@ pub async fn handle(state: AppState, request: Request<Body>) -> Response<Body> {
         Ok(response) => response,
         Err(err) => {
             tracing::debug!(method = %parts.method, path = %parts.uri.path(), code = err.code().as_u16(), "request failed");
-            error_response(&err)
+            crate::protobuf::error_response(&parts.headers, &err)
         }
     }
 }
@@ -535,6 +542,7 @@ fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
                 ApiError::BadRequest(format!("error decoding the request body as YAML: {err}"))
             })?
         }
+        options::BodyFormat::Protobuf => crate::protobuf::decode_body(body)?,
     };
     if !value.is_object() {
         return Err(ApiError::BadRequest(
@@ -557,11 +565,7 @@ struct ResourceRequest<'a> {
 
 impl ResourceRequest<'_> {
     async fn serve(self, method: &Method, body: Body) -> Result<Response<Body>, ApiError> {
-        if self.query.get("dryRun").is_some_and(|v| !v.is_empty()) {
-            return Err(ApiError::BadRequest(
-                "dryRun is not supported by this server".into(),
-            ));
-        }
+        crate::protobuf::check_body(&self.def, self.headers)?;
         // Creates are authorized in `create`, which knows the new object's name.
         if !(*method == Method::POST && self.name.is_none()) {
             self.authorize(method)?;
@@ -572,6 +576,11 @@ impl ResourceRequest<'_> {
             Some("scale") if self.def.scale_subresource => {}
             Some("approval") if csr::is_csr(&self.def) => {}
             Some("eviction") if self.def.group.is_empty() && self.def.plural == "pods" => {
+                if self.query.get("dryRun").is_some_and(|v| !v.is_empty()) {
+                    return Err(ApiError::BadRequest(
+                        "dryRun is not supported for pods/eviction by this server".into(),
+                    ));
+                }
                 return match (method, &self.name) {
                     (&Method::POST, Some(name)) => {
                         let body = read_body(body).await?;
@@ -631,11 +640,22 @@ impl ResourceRequest<'_> {
                 }
                 options::check_resource_version(&self.query)
             }
-            Method::POST => options::check_field_manager("CreateOptions", &self.query),
-            Method::PUT => options::check_field_manager("UpdateOptions", &self.query),
-            Method::PATCH => options::check_field_manager("PatchOptions", &self.query),
+            Method::POST => self.check_write_options("CreateOptions"),
+            Method::PUT => self.check_write_options("UpdateOptions"),
+            Method::PATCH => self.check_write_options("PatchOptions"),
+            Method::DELETE => options::check_dry_run("DeleteOptions", &self.query).map(|_| ()),
             _ => Ok(()),
         }
+    }
+
+    fn check_write_options(&self, options_kind: &str) -> Result<(), ApiError> {
+        options::check_field_manager(options_kind, &self.query)?;
+        options::check_dry_run(options_kind, &self.query).map(|_| ())
+    }
+
+    /// Whether the write is a dry run (`dryRun=All`, checked by [`Self::check_options`] before the verb).
+    fn dry_run(&self) -> bool {
+        self.query.get("dryRun") == Some("All")
     }
 
     /// 403 unless the user may do this (`auth::authorize`).
@@ -653,6 +673,13 @@ impl ResourceRequest<'_> {
             name,
             sub,
         )
+    }
+
+    /// The response form ([`negotiate`]), protobuf included for the built-in kinds' objects (the scale
+    /// subresource's `autoscaling/v1` Scale has no encoding here).
+    fn negotiate(&self, table_allowed: bool) -> Result<Format, ApiError> {
+        let protobuf = crate::protobuf::serves(&self.def) && self.sub.as_deref() != Some("scale");
+        crate::protobuf::negotiate(self.headers, table_allowed, protobuf)
     }
 
     fn namespace(&self) -> &str {
@@ -713,7 +740,7 @@ impl ResourceRequest<'_> {
                 &[],
             ));
         }
-        match negotiate(self.headers, true)? {
+        match self.negotiate(true)? {
             Format::Table(version) => {
                 let meta = json!({ "resourceVersion": object["metadata"]["resourceVersion"] });
                 let table = table::table_with(
@@ -738,7 +765,7 @@ impl ResourceRequest<'_> {
     }
 
     fn list(&self) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, true)?;
+        let format = self.negotiate(true)?;
         let (labels, fields) = self.selectors()?;
         let namespace = self.def.namespaced.then_some(()).and(self.namespace.as_deref());
         let (items, rv) = self.state.store.list(&objects::resource_id(&self.def), namespace);
@@ -811,7 +838,7 @@ impl ResourceRequest<'_> {
     }
 
     fn watch(&self) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, true)?;
+        let format = self.negotiate(true)?;
         let (labels, fields) = self.selectors()?;
         let namespace = self.def.namespaced.then_some(()).and(self.namespace.clone());
         watch::start(
@@ -837,11 +864,12 @@ impl ResourceRequest<'_> {
                 self.headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()),
                 self.sub.as_deref(),
             ),
+            dry_run: self.dry_run(),
         })
     }
 
     fn create(&self, body: &[u8]) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, false)?;
+        let format = self.negotiate(false)?;
         let mut object = decode_object(self.headers, body)?;
         let name = object["metadata"]["name"].as_str();
         let namespace = self.namespace.as_deref();
@@ -868,7 +896,7 @@ impl ResourceRequest<'_> {
     }
 
     fn update(&self, name: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, false)?;
+        let format = self.negotiate(false)?;
         let object = decode_object(self.headers, body)?;
         let ctx = self.context()?;
         let outcome = match self.sub.as_deref() {
@@ -884,7 +912,7 @@ impl ResourceRequest<'_> {
     }
 
     fn patch(&self, name: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, false)?;
+        let format = self.negotiate(false)?;
         let content_type = self
             .headers
             .get(header::CONTENT_TYPE)
@@ -936,7 +964,7 @@ impl ResourceRequest<'_> {
     }
 
     fn evict(&self, name: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, false)?;
+        let format = self.negotiate(false)?;
         let eviction = decode_object(self.headers, body)?;
         let status = crate::disruption::evict(
             &self.state.store,
@@ -950,9 +978,11 @@ impl ResourceRequest<'_> {
     }
 
     fn delete(&self, name: &str, body: &[u8]) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, false)?;
-        let options = objects::DeleteOptions::parse(body, &self.query)?;
-        let ctx = self.context()?;
+        let format = self.negotiate(false)?;
+        let body = crate::protobuf::json_body(self.headers, body)?;
+        let options = objects::DeleteOptions::parse(&body, &self.query)?;
+        let mut ctx = self.context()?;
+        ctx.dry_run |= options.dry_run;
         match objects::delete(&self.state.store, &ctx, name, &options)? {
             objects::Deleted::Gone(last) => {
                 let uid = last["metadata"]["uid"].as_str().unwrap_or_default();
@@ -973,12 +1003,14 @@ impl ResourceRequest<'_> {
     }
 
     fn delete_collection(&self, body: &[u8]) -> Result<Response<Body>, ApiError> {
-        let format = negotiate(self.headers, false)?;
-        let options = objects::DeleteOptions::parse(body, &self.query)?;
+        let format = self.negotiate(false)?;
+        let body = crate::protobuf::json_body(self.headers, body)?;
+        let options = objects::DeleteOptions::parse(&body, &self.query)?;
         let (labels, fields) = self.selectors()?;
         let namespace = self.def.namespaced.then_some(()).and(self.namespace.as_deref());
         let (items, _) = self.state.store.list(&objects::resource_id(&self.def), namespace);
-        let ctx = self.context()?;
+        let mut ctx = self.context()?;
+        ctx.dry_run |= options.dry_run;
         let mut deleted = Vec::new();
         for item in items
             .iter()

@@ -282,6 +282,43 @@ impl Store {
         Ok((Some(object), Some(event_type)))
     }
 
+    /// What [`Store::mutate`] would do, decided the same way under the lock, with nothing committed (a dry run):
+    /// no resourceVersion is taken, nothing is stored or persisted, no watch event is sent. The object returned
+    /// keeps the current object's resourceVersion (none for a creation), as kube-apiserver answers a dry run.
+    pub fn preview<F>(
+        &self,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+        decide: F,
+    ) -> Result<(Option<Arc<Value>>, Option<EventType>), ApiError>
+    where
+        F: FnOnce(Option<&Arc<Value>>) -> Result<Mutation, ApiError>,
+    {
+        let inner = self.lock();
+        let key = (namespace.to_owned(), name.to_owned());
+        let current = inner.objects.get(resource).and_then(|m| m.get(&key)).cloned();
+        let mutation = decide(current.as_ref())?;
+        drop(inner);
+        let (event_type, mut object) = match mutation {
+            Mutation::Unchanged => return Ok((current, None)),
+            Mutation::Put(object) if current.is_some() => (EventType::Modified, object),
+            Mutation::Put(object) => (EventType::Added, object),
+            Mutation::Delete(object) => (EventType::Deleted, object),
+        };
+        let current_rv = current
+            .as_ref()
+            .and_then(|c| c["metadata"]["resourceVersion"].as_str())
+            .map(str::to_owned);
+        if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+            match current_rv {
+                Some(rv) => meta.insert("resourceVersion".into(), json!(rv)),
+                None => meta.remove("resourceVersion"),
+            };
+        }
+        Ok((Some(Arc::new(object)), Some(event_type)))
+    }
+
     fn persist(&self, db: &Database, event: &WatchEvent) -> Result<(), StoreError> {
         let key = object_key(&event.resource, &event.namespace, &event.name);
         let record = json!({

@@ -103,6 +103,7 @@ impl Encoder {
                 )
             }
             Format::Metadata if event_type != "ERROR" => crate::rest::partial_metadata(object),
+            Format::Protobuf => return crate::protobuf::watch_frame(event_type, object),
             _ => object.clone(),
         };
         let mut line =
@@ -213,7 +214,14 @@ pub fn start(
     let body = Body::from_stream(tokio_stream::wrappers::ReceiverStream::new(rx));
     Response::builder()
         .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "application/json")
+        .header(
+            header::CONTENT_TYPE,
+            if format == Format::Protobuf {
+                crate::protobuf::WATCH_MEDIA_TYPE
+            } else {
+                "application/json"
+            },
+        )
         .header(header::CACHE_CONTROL, "no-cache, private")
         .body(body)
         .map_err(|err| ApiError::Internal(err.to_string()))

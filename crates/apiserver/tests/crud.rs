@@ -485,6 +485,92 @@ async fn status_subresource_writes_change_only_status_and_main_writes_never_do()
     assert_eq!(machines.get_status("m1").await.unwrap(), patched);
 }
 
+/// Secret `data` values are base64 (kube-apiserver decodes them into bytes): one that is not is refused naming its
+/// key, never quoting the value — 400 on create and replace (the body cannot be decoded), 422 on a patch — and
+/// nothing is stored. Go's decoder is matched: `manu` is base64, `billy` is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_data_that_is_not_base64_is_refused_naming_the_key_and_nothing_is_stored() {
+    let t = TestServer::start().await;
+    let post = |body: serde_json::Value| {
+        http::Request::post("/api/v1/namespaces/default/secrets")
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).unwrap())
+            .unwrap()
+    };
+    let secret = |data: serde_json::Value| json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "boot"}, "data": data});
+    let (code, status) = support::send_raw(
+        &t.client,
+        post(secret(
+            json!({"userData": "IyEvYmluL3NoCg==", "password": "hunter2-plain"}),
+        )),
+    )
+    .await;
+    assert_eq!(
+        (code.as_u16(), status["reason"].as_str()),
+        (400, Some("BadRequest")),
+        "{status}"
+    );
+    let message = status["message"].as_str().unwrap_or_default();
+    assert_eq!(
+        message,
+        "Secret in version \"v1\" cannot be handled as a Secret: illegal base64 data at input byte 7 (data[password])"
+    );
+    assert!(
+        !status.to_string().contains("hunter2"),
+        "the value is never quoted: {status}"
+    );
+    let secrets: Api<Secret> = t.api();
+    assert!(secrets.get_opt("boot").await.unwrap().is_none(), "nothing stored");
+
+    let (code, _) = support::send_raw(&t.client, post(secret(json!({"user": "manu"})))).await;
+    assert_eq!(
+        code.as_u16(),
+        201,
+        "`manu` is base64, as kube-apiserver decodes it"
+    );
+    let before = secrets.get("boot").await.unwrap();
+    let status = expect_status(
+        secrets
+            .patch(
+                "boot",
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "data": { "token": "billy" } })),
+            )
+            .await,
+        422,
+        "Invalid",
+    );
+    let causes = status
+        .details
+        .as_ref()
+        .map(|d| d.causes.clone())
+        .unwrap_or_default();
+    assert_eq!(causes.len(), 1, "{status:?}");
+    assert_eq!(causes[0].field, "data[token]");
+    assert_eq!(
+        causes[0].message,
+        "Invalid value: illegal base64 data at input byte 4"
+    );
+    let mut replacement = secret(json!({"user": "not base64!"}));
+    replacement["metadata"]["resourceVersion"] = json!(before.resource_version());
+    let (code, status) = support::send_raw(
+        &t.client,
+        http::Request::put("/api/v1/namespaces/default/secrets/boot")
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&replacement).unwrap())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(code.as_u16(), 400, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("(data[user])")),
+        "{status}"
+    );
+    assert_eq!(secrets.get("boot").await.unwrap(), before, "unchanged");
+}
+
 // Secret.stringData: "It is provided as a write-only input field for convenience. All keys and values are
 // merged into the data field on write, overwriting any existing values. The stringData field is never output
 // when reading from the API."

@@ -200,7 +200,7 @@ fn table(existing_rv: &str) -> Vec<Row> {
         row("malformed parameter", M::POST, MACHINES, machine_body("ct4"))
             .content_type(Some("application/json; charset"))
             .answers(415, "UnsupportedMediaType", "media types"),
-        row("protobuf (not served)", M::POST, MACHINES, machine_body("ct5"))
+        row("protobuf on a custom resource", M::POST, MACHINES, machine_body("ct5"))
             .content_type(Some("application/vnd.kubernetes.protobuf"))
             .answers(415, "UnsupportedMediaType", "media types"),
         row("patch without Content-Type", M::PATCH, format!("{MACHINES}/existing"), json!({}))

@@ -346,14 +346,24 @@ pub fn run(data: &[u8]) {
             "{what} failed the server"
         );
         if code.is_client_error() || code.is_server_error() {
+            let protobuf = response
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .is_some_and(|v| v == mcm_apiserver::protobuf::MEDIA_TYPE);
             // Errors are never streamed: the whole body is there at once.
             let bytes = tokio::time::timeout(Duration::from_secs(10), response.into_body().collect())
                 .await
                 .unwrap_or_else(|_| panic!("{what}: the error body of {code} did not end"))
                 .expect("an error body")
                 .to_bytes();
-            let status: serde_json::Value = serde_json::from_slice(&bytes)
-                .unwrap_or_else(|_| panic!("{what}: the {code} body is not JSON"));
+            // A protobuf-first Accept gets the Status in protobuf.
+            let status: serde_json::Value = if protobuf {
+                mcm_apiserver::protobuf::codec::decode(&bytes)
+                    .unwrap_or_else(|err| panic!("{what}: the {code} body is not a protobuf object: {err}"))
+            } else {
+                serde_json::from_slice(&bytes)
+                    .unwrap_or_else(|_| panic!("{what}: the {code} body is not JSON"))
+            };
             assert_eq!(status["kind"], "Status", "{what}: {status}");
             assert_eq!(status["code"], code.as_u16(), "{what}: {status}");
         }

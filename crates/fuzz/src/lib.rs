@@ -7,6 +7,7 @@ pub mod api_request;
 pub mod grpc_wire;
 pub mod json;
 pub mod patches;
+pub mod protobuf_wire;
 pub mod provider_specs;
 pub mod selectors;
 
@@ -14,10 +15,11 @@ pub mod selectors;
 pub type Target = fn(&[u8]);
 
 /// Every target by name, as `fuzz/` and the bounded run name them.
-pub const TARGETS: [(&str, Target); 5] = [
+pub const TARGETS: [(&str, Target); 6] = [
     ("api_request", api_request::run),
     ("selectors", selectors::run),
     ("patches", patches::run),
     ("provider_specs", provider_specs::run),
     ("grpc_wire", grpc_wire::run),
+    ("protobuf_wire", protobuf_wire::run),
 ];

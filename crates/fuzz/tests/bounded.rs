@@ -65,3 +65,8 @@ fn provider_specs() {
 fn grpc_wire() {
     bounded("grpc_wire", 10_000);
 }
+
+#[test]
+fn protobuf_wire() {
+    bounded("protobuf_wire", 5_000);
+}
