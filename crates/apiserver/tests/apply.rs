@@ -428,3 +428,53 @@ async fn a_write_may_set_or_clear_managed_fields_itself() {
         .unwrap();
     assert!(cleared.managed_fields().is_empty());
 }
+
+// An apply with `dryRun=All` is answered as the real apply would be and stores nothing (`kubectl apply
+// --server-side --dry-run=server`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_apply_answers_and_stores_nothing() {
+    let t = TestServer::start().await;
+    let secrets: Api<Secret> = t.api();
+    let answered = secrets
+        .patch(
+            "s",
+            &PatchParams::apply("first").dry_run(),
+            &Patch::Apply(secret(&[("a", "1")])),
+        )
+        .await
+        .unwrap();
+    assert_eq!(data_of(&answered), vec![("a".into(), "1".into())]);
+    assert_eq!(managed(&answered)[0].0, "first");
+    assert!(
+        secrets.get_opt("s").await.unwrap().is_none(),
+        "nothing was created"
+    );
+
+    let stored = secrets
+        .patch(
+            "s",
+            &PatchParams::apply("first"),
+            &Patch::Apply(secret(&[("a", "1")])),
+        )
+        .await
+        .unwrap();
+    let conflict = secrets
+        .patch(
+            "s",
+            &PatchParams::apply("second").dry_run(),
+            &Patch::Apply(secret(&[("a", "2")])),
+        )
+        .await;
+    expect_status(conflict, 409, "Conflict");
+    secrets
+        .patch(
+            "s",
+            &PatchParams::apply("second").dry_run().force(),
+            &Patch::Apply(secret(&[("a", "2")])),
+        )
+        .await
+        .unwrap();
+    let after = secrets.get("s").await.unwrap();
+    assert_eq!(data_of(&after), vec![("a".into(), "1".into())]);
+    assert_eq!(rv(&after), rv(&stored));
+}
