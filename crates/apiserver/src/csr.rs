@@ -697,6 +697,7 @@ mod tests {
             now: jiff::Timestamp::now(),
             field_validation: FieldValidation::Strict,
             admission: false,
+            manager: None,
             dry_run: false,
         };
         let admin = user("admin", &["system:masters"]);
@@ -758,6 +759,7 @@ mod tests {
             now: jiff::Timestamp::now(),
             field_validation: FieldValidation::Strict,
             admission: false,
+            manager: None,
             dry_run: false,
         };
         let mut object = csr("admin", "system:nodes", KUBELET_USAGES);

@@ -247,6 +247,7 @@ pub fn evict(
         now,
         field_validation: FieldValidation::Ignore,
         admission: false,
+        manager: None,
         dry_run: false,
     };
     let terminal = matches!(pod["status"]["phase"].as_str(), Some("Succeeded" | "Failed"));

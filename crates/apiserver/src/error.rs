@@ -42,6 +42,10 @@ pub enum ApiError {
     /// 409: optimistic concurrency failed.
     #[error("{}", .0.message)]
     Conflict(Subject),
+    /// 409: a server-side apply would change fields other managers own; one `FieldManagerConflict` cause per
+    /// field ([`crate::apply`]).
+    #[error("{0}")]
+    ApplyConflict(String, Vec<Cause>),
     /// 422: the object is invalid; every cause is listed.
     #[error("{}", .0.message)]
     Invalid(Subject, Vec<Cause>),
@@ -196,7 +200,7 @@ impl ApiError {
     pub fn code(&self) -> StatusCode {
         match self {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
-            Self::AlreadyExists(_) | Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::AlreadyExists(_) | Self::Conflict(_) | Self::ApplyConflict(..) => StatusCode::CONFLICT,
             Self::Invalid(..) => StatusCode::UNPROCESSABLE_ENTITY,
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -221,7 +225,7 @@ impl ApiError {
         match self {
             Self::NotFound(_) => "NotFound",
             Self::AlreadyExists(_) => "AlreadyExists",
-            Self::Conflict(_) => "Conflict",
+            Self::Conflict(_) | Self::ApplyConflict(..) => "Conflict",
             Self::Invalid(..) => "Invalid",
             Self::BadRequest(_) => "BadRequest",
             Self::Unauthorized => "Unauthorized",
@@ -263,6 +267,7 @@ impl ApiError {
                 Some(details(&s.name, &s.group, &s.kind, &[]))
             }
             Self::Invalid(s, causes) => Some(details(&s.name, &s.group, &s.kind, causes)),
+            Self::ApplyConflict(_, causes) => Some(details("", "", "", causes)),
             Self::TooManyRequests(_, retry_after_seconds, causes) => {
                 let mut d = details("", "", "", causes);
                 if let Some(seconds) = retry_after_seconds {

@@ -230,6 +230,7 @@ impl Item {
             now,
             field_validation: FieldValidation::Ignore,
             admission: false,
+            manager: None,
             dry_run: false,
         }
     }
@@ -673,6 +674,7 @@ mod tests {
             now: jiff::Timestamp::now(),
             field_validation: FieldValidation::Strict,
             admission: false,
+            manager: None,
             dry_run: false,
         }
     }

@@ -5,6 +5,7 @@
 //! default under `mcm up` and the ground of every integration and end-to-end test. See docs/apiserver.md.
 
 pub mod admission;
+pub mod apply;
 pub mod auth;
 pub mod crd;
 pub mod csr;

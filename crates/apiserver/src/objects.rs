@@ -43,6 +43,8 @@ pub struct Context {
     pub field_validation: FieldValidation,
     /// Validating admission of the machine kinds ([`crate::admission`]) on create, update and patch.
     pub admission: bool,
+    /// Who writes, for `metadata.managedFields` ([`crate::apply::record`]); None for the server's own writes.
+    pub manager: Option<crate::apply::Manager>,
     /// `dryRun=All`: every check and admission runs, nothing is stored ([`commit`]).
     pub dry_run: bool,
 }
@@ -167,25 +169,20 @@ pub fn scale_of(def: &ResourceDef, object: &Value) -> Value {
 }
 
 /// The patch type of a PATCH request, or 415 as a real server answers it (strategic merge patch is not served for
-/// custom resources; server-side apply is not served at all).
+/// custom resources). Server-side apply is served by [`crate::apply`].
 pub fn patch_type(def: &ResourceDef, content_type: &str) -> Result<PatchType, ApiError> {
     let accepted = if def.custom {
-        "application/json-patch+json, application/merge-patch+json"
+        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
     } else {
-        "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json"
+        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json"
     };
     match PatchType::from_content_type(content_type) {
         Some(PatchType::Strategic) if def.custom => None,
         other => other,
     }
     .ok_or_else(|| {
-        let extra = if content_type.starts_with("application/apply-patch") {
-            " (server-side apply is not supported by this server)"
-        } else {
-            ""
-        };
         ApiError::UnsupportedMediaType(format!(
-            "the body of the request was in an unknown format - accepted media types include: {accepted}{extra}"
+            "the body of the request was in an unknown format - accepted media types include: {accepted}"
         ))
     })
 }
@@ -360,7 +357,6 @@ pub fn create(store: &Store, ctx: &Context, mut object: Value) -> Result<Outcome
     for server_field in [
         "deletionTimestamp",
         "deletionGracePeriodSeconds",
-        "managedFields",
         "selfLink",
         "generation",
     ] {
@@ -386,6 +382,7 @@ pub fn create(store: &Store, ctx: &Context, mut object: Value) -> Result<Outcome
         }
         _ => {}
     }
+    crate::apply::record(ctx, None, &mut object)?;
     check_namespace(store, ctx)?;
     let (stored, _) = commit(store, ctx, &name, |current| match current {
         Some(_) => Err(ApiError::already_exists(&ctx.def, &name)),
@@ -478,7 +475,8 @@ fn keep_server_fields(def: &ResourceDef, current: &Value, object: &mut Value, ke
             }
         }
     }
-    for field in ["managedFields", "selfLink", "resourceVersion"] {
+    // managedFields are set by `decide` ([`crate::apply::record`]).
+    for field in ["selfLink", "resourceVersion"] {
         meta.remove(field);
     }
     if keep_status && def.status_subresource {
@@ -489,6 +487,7 @@ fn keep_server_fields(def: &ResourceDef, current: &Value, object: &mut Value, ke
 /// Decides how a changed object is stored: generation, finalizer rules, no-op detection, and deletion once the
 /// last finalizer of a deleting object is gone.
 fn decide(ctx: &Context, current: &Value, mut object: Value) -> Result<Mutation, ApiError> {
+    crate::apply::record(ctx, Some(current), &mut object)?;
     if is_deleting(current) {
         let old = finalizers(current);
         let added: Vec<String> = finalizers(&object)
@@ -685,17 +684,31 @@ pub fn patch(
     patch_type: PatchType,
     body: &[u8],
 ) -> Result<Outcome, ApiError> {
+    patch_with(store, ctx, name, subresource, |kind, target| {
+        apply_patch(ctx, patch_type, kind, target, body)
+    })
+}
+
+/// Patches an object, its status, or its scale with `make`, which turns the target (of this kind: the object's, or
+/// `Scale`) into the patched one; the result is validated and stored as any patch is.
+pub(crate) fn patch_with(
+    store: &Store,
+    ctx: &Context,
+    name: &str,
+    subresource: Option<&str>,
+    make: impl Fn(&str, &Value) -> Result<Value, ApiError>,
+) -> Result<Outcome, ApiError> {
     let mut warnings = Vec::new();
     let (stored, _) = commit(store, ctx, name, |current| {
         let current = current.ok_or_else(|| ApiError::not_found(&ctx.def, name))?;
         let next = match subresource {
             Some("scale") => {
-                let scale = apply_patch(ctx, patch_type, "Scale", &scale_of(&ctx.def, current), body)?;
+                let scale = make("Scale", &scale_of(&ctx.def, current))?;
                 check_resource_version(ctx, current, scale["metadata"]["resourceVersion"].as_str())?;
                 with_replicas(&ctx.def, current, replicas_from_scale(ctx, name, &scale)?)
             }
             Some(_) => {
-                let mut patched = apply_patch(ctx, patch_type, &ctx.def.kind, current, body)?;
+                let mut patched = make(&ctx.def.kind, current)?;
                 check_resource_version(ctx, current, patched["metadata"]["resourceVersion"].as_str())?;
                 validate_fields(ctx, &mut patched, &mut warnings)?;
                 let mut next = (**current).clone();
@@ -704,7 +717,7 @@ pub fn patch(
                 next
             }
             None => {
-                let mut patched = apply_patch(ctx, patch_type, &ctx.def.kind, current, body)?;
+                let mut patched = make(&ctx.def.kind, current)?;
                 check_resource_version(ctx, current, patched["metadata"]["resourceVersion"].as_str())?;
                 validate_meta(ctx, &patched)?;
                 validate_fields(ctx, &mut patched, &mut warnings)?;
@@ -904,6 +917,7 @@ pub fn finalize_namespaces(store: &Store, registry: &Registry, now: jiff::Timest
                 now,
                 field_validation: FieldValidation::Ignore,
                 admission: false,
+                manager: None,
                 dry_run: false,
             };
             let (items, _) = store.list(&resource_id(def), Some(&ns_name));
@@ -937,6 +951,7 @@ pub fn ensure_default_namespaces(store: &Store, registry: &Registry) -> Result<(
         now: jiff::Timestamp::now(),
         field_validation: FieldValidation::Strict,
         admission: false,
+        manager: None,
         dry_run: false,
     };
     for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {

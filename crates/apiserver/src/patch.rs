@@ -49,7 +49,7 @@ pub enum PatchType {
 impl PatchType {
     /// From a request Content-Type (parameters such as "; charset=utf-8" ignored): application/merge-patch+json,
     /// application/json-patch+json, application/strategic-merge-patch+json. None for anything else
-    /// (application/apply-patch+yaml included: server-side apply is not served).
+    /// (application/apply-patch+yaml included: server-side apply is served by [`crate::apply`]).
     pub fn from_content_type(content_type: &str) -> Option<Self> {
         let media_type = content_type.split(';').next().unwrap_or_default().trim();
         if media_type.eq_ignore_ascii_case("application/merge-patch+json") {
@@ -161,7 +161,7 @@ const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
 
 /// How strategic merge patch treats one list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ListStrategy {
+pub(crate) enum ListStrategy {
     /// Replaced as a whole by the patch, as in a merge patch.
     Atomic,
     /// A list of maps merged element-wise by this key.
@@ -171,7 +171,7 @@ enum ListStrategy {
 }
 
 /// The merge strategy of the list at `location` (field names from the root, list elements adding nothing).
-fn list_strategy(kind: &str, location: &[&str]) -> ListStrategy {
+pub(crate) fn list_strategy(kind: &str, location: &[&str]) -> ListStrategy {
     match location {
         ["metadata", "ownerReferences"] => return ListStrategy::MergeKey("uid"),
         ["metadata", "finalizers"] => return ListStrategy::PrimitiveSet,

@@ -96,6 +96,7 @@ pub fn install(store: &Store, builtins: &Registry, crds: &[Value]) -> Result<Vec
         field_validation: FieldValidation::Strict,
         admission: false,
         dry_run: false,
+        manager: None,
     };
     let key = crate::crd::store_key();
     let mut created = Vec::new();

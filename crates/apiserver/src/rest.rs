@@ -859,6 +859,11 @@ impl ResourceRequest<'_> {
             now: jiff::Timestamp::now(),
             field_validation: self.field_validation()?,
             admission: self.state.machine_admission,
+            manager: crate::apply::Manager::of_request(
+                self.query.get("fieldManager"),
+                self.headers.get(header::USER_AGENT).and_then(|v| v.to_str().ok()),
+                self.sub.as_deref(),
+            ),
             dry_run: self.dry_run(),
         })
     }
@@ -913,6 +918,24 @@ impl ResourceRequest<'_> {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
+        if crate::apply::is_apply(content_type) {
+            let ctx = self.context()?;
+            let (outcome, created) = crate::apply::patch(
+                &self.state.store,
+                &ctx,
+                name,
+                self.sub.as_deref(),
+                body,
+                self.query.get("fieldManager"),
+                self.query.flag("force"),
+            )?;
+            let mut response = self.write_response(&outcome, format);
+            if created {
+                *response.status_mut() = StatusCode::CREATED;
+            }
+            return Ok(response);
+        }
+        crate::apply::check_no_force(&self.query)?;
         let patch_type = objects::patch_type(&self.def, content_type)?;
         let ctx = self.context()?;
         if self.sub.as_deref() == Some("approval") {

@@ -788,28 +788,16 @@ async fn json_patch_with_a_failing_test_is_422_and_changes_nothing() {
 }
 
 // API conventions: "415 StatusUnsupportedMediaType: Indicates that the content type sent by the client is not
-// acceptable to the server". Server-side apply is not served here; strategic merge patch is not supported for
-// custom resources (kubectl patch docs), while built-ins such as Node take it.
+// acceptable to the server". Strategic merge patch is not supported for custom resources (kubectl patch docs),
+// while built-ins such as Node take it. (Server-side apply is served: tests/apply.rs.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn apply_patch_is_415_and_strategic_merge_patch_only_works_on_built_ins() {
+async fn strategic_merge_patch_only_works_on_built_ins() {
     let t = TestServer::start().await;
     let machines: Api<Machine> = t.api();
     machines
         .create(&PostParams::default(), &machine("m1", &[]))
         .await
         .unwrap();
-    let body = json!({
-        "apiVersion": "machine.sapcloud.io/v1alpha1",
-        "kind": "Machine",
-        "metadata": { "name": "m1", "labels": { "a": "b" } },
-    });
-    expect_status(
-        machines
-            .patch("m1", &PatchParams::apply("tests"), &Patch::Apply(&body))
-            .await,
-        415,
-        "UnsupportedMediaType",
-    );
     expect_status(
         machines
             .patch(
