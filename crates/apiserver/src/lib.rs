@@ -13,6 +13,7 @@ pub mod defaults;
 pub mod discovery;
 pub mod disruption;
 pub mod error;
+pub mod event_ttl;
 pub mod files;
 pub mod gc;
 pub mod hooks;

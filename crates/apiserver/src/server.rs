@@ -40,6 +40,8 @@ pub struct Config {
     pub namespace_sweep_interval: Duration,
     /// How often the garbage collector acts on ownerReferences (deleted owners, foreground and orphan deletion).
     pub gc_interval: Duration,
+    /// Events not written for this long are deleted (kube-apiserver's `--event-ttl`, 1h; [`crate::event_ttl`]).
+    pub event_ttl: Duration,
     /// A node silent for longer than this turns Unknown (`--node-monitor-grace-period`, Kubernetes' 40s).
     pub node_monitor_grace_period: Duration,
     /// How often nodes, pod grace periods and PodDisruptionBudgets are checked (`--node-monitor-period`).
@@ -81,6 +83,7 @@ impl Config {
             bookmark_interval: Duration::from_mins(1),
             namespace_sweep_interval: Duration::from_secs(1),
             gc_interval: Duration::from_secs(1),
+            event_ttl: crate::event_ttl::DEFAULT_EVENT_TTL,
             node_monitor_grace_period: Duration::from_secs(40),
             node_monitor_period: Duration::from_secs(1),
             watch_delay: Duration::ZERO,
@@ -343,6 +346,11 @@ fn spawn_controllers(
     tasks.spawn(crate::crd::run(
         Arc::clone(store),
         registry.clone(),
+        shutdown.clone(),
+    ));
+    tasks.spawn(crate::event_ttl::run(
+        Arc::clone(store),
+        config.event_ttl,
         shutdown.clone(),
     ));
     tasks.spawn(sweep_namespaces(

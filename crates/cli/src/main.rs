@@ -114,6 +114,9 @@ struct ApiserverArgs {
     /// How often the garbage collector looks for dependents of deleted owners (ownerReferences).
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     gc_interval: Duration,
+    /// Events not written for this long are deleted, as with kube-apiserver's flag of the same name.
+    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    event_ttl: Duration,
     /// How often nodes, pod grace periods and PodDisruptionBudget statuses are checked.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     node_monitor_period: Duration,
@@ -306,6 +309,7 @@ async fn run_apiserver(args: ApiserverArgs) -> anyhow::Result<()> {
     config.node_monitor_grace_period = args.node_monitor_grace_period;
     config.node_monitor_period = args.node_monitor_period;
     config.gc_interval = args.gc_interval;
+    config.event_ttl = args.event_ttl;
     config.tls_handshake_timeout = args.tls_handshake_timeout;
     config.max_connections = usize::try_from(args.max_connections).unwrap_or(usize::MAX);
     config.token_auth_file = args.token_auth_file;

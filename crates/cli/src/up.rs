@@ -46,6 +46,9 @@ pub(crate) struct UpArgs {
     /// How often the machines' node agents heartbeat (keep it well below the grace period).
     #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
     node_heartbeat_interval: Duration,
+    /// Events not written for this long are deleted (kube-apiserver's flag of this name).
+    #[arg(long, default_value = "1h", value_parser = crate::parse_duration)]
+    event_ttl: Duration,
     #[command(flatten)]
     controllers: ControllerFlags,
 }
@@ -213,6 +216,7 @@ async fn run(dir: &Path, args: &UpArgs) -> anyhow::Result<()> {
     let mut config = mcm_apiserver::server::Config::new(dir.join("apiserver"));
     config.port = args.port;
     config.node_monitor_grace_period = args.node_monitor_grace_period;
+    config.event_ttl = args.event_ttl;
     // Every CRD of `mcm crds`: the machine kinds are the server's own, the Cluster API kinds are added here.
     config.extra_crds = mcm_capi::crd::all().context("generating the Cluster API CRDs")?;
     let server = mcm_apiserver::server::ApiServer::start(config)
