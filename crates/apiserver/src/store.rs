@@ -235,21 +235,11 @@ impl Store {
     {
         let mut inner = self.lock();
         let key = (namespace.to_owned(), name.to_owned());
-        let current = inner.objects.get(resource).and_then(|m| m.get(&key)).cloned();
-        let mutation = decide(current.as_ref())?;
-        let rv = inner.rv + 1;
-        let (event_type, mut object) = match mutation {
-            Mutation::Unchanged => return Ok((current, None)),
-            Mutation::Put(object) => (
-                if current.is_some() {
-                    EventType::Modified
-                } else {
-                    EventType::Added
-                },
-                object,
-            ),
-            Mutation::Delete(object) => (EventType::Deleted, object),
+        let (current, change) = decided(&inner, resource, &key, decide)?;
+        let Some((event_type, mut object)) = change else {
+            return Ok((current, None));
         };
+        let rv = inner.rv + 1;
         set_resource_version(&mut object, rv);
         let object = Arc::new(object);
         let event = Arc::new(WatchEvent {
@@ -295,16 +285,10 @@ impl Store {
     where
         F: FnOnce(Option<&Arc<Value>>) -> Result<Mutation, ApiError>,
     {
-        let inner = self.lock();
         let key = (namespace.to_owned(), name.to_owned());
-        let current = inner.objects.get(resource).and_then(|m| m.get(&key)).cloned();
-        let mutation = decide(current.as_ref())?;
-        drop(inner);
-        let (event_type, mut object) = match mutation {
-            Mutation::Unchanged => return Ok((current, None)),
-            Mutation::Put(object) if current.is_some() => (EventType::Modified, object),
-            Mutation::Put(object) => (EventType::Added, object),
-            Mutation::Delete(object) => (EventType::Deleted, object),
+        let (current, change) = decided(&self.lock(), resource, &key, decide)?;
+        let Some((event_type, mut object)) = change else {
+            return Ok((current, None));
         };
         let current_rv = current
             .as_ref()
@@ -406,6 +390,30 @@ fn prune_log(db: &Database, inner: &mut Inner, window: usize) -> Result<(), Stor
         }
     }
     txn.commit().map_err(db_err)
+}
+
+/// A decided change: the event type and the object to write.
+type Change = (EventType, Value);
+
+/// The current object and what `decide` makes of it: the event type and the object to write, or `None` for no change.
+/// Shared by [`Store::mutate`] and [`Store::preview`], so that a dry run decides exactly as the write does.
+fn decided<F>(
+    inner: &Inner,
+    resource: &str,
+    key: &ObjectKey,
+    decide: F,
+) -> Result<(Option<Arc<Value>>, Option<Change>), ApiError>
+where
+    F: FnOnce(Option<&Arc<Value>>) -> Result<Mutation, ApiError>,
+{
+    let current = inner.objects.get(resource).and_then(|m| m.get(key)).cloned();
+    let change = match decide(current.as_ref())? {
+        Mutation::Unchanged => None,
+        Mutation::Put(object) if current.is_some() => Some((EventType::Modified, object)),
+        Mutation::Put(object) => Some((EventType::Added, object)),
+        Mutation::Delete(object) => Some((EventType::Deleted, object)),
+    };
+    Ok((current, change))
 }
 
 fn set_resource_version(object: &mut Value, rv: u64) {
