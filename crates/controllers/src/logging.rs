@@ -1,6 +1,6 @@
 //! Every reconcile runs in a span naming its object, so that each line it logs, down to the provider calls and the
 //! drain, carries the object as a structured field (`machine`, `set`, `deployment`, `class` or `secret`, and
-//! `namespace`), in text and in JSON logs alike. `crates/cli/tests/secret_leak.rs` checks the fields in JSON logs.
+//! `namespace`), in text and in JSON logs alike. `crates/cli/tests/e2e/secret_leak.rs` checks the fields in JSON logs.
 //!
 //! [`NoResponseBodies`] keeps response bodies out of the logs: kube's client logs the whole body of a response it
 //! cannot decode (`{body}, {error:?}` at WARN), and a Secret that does not decode is logged with its values.

@@ -1,7 +1,7 @@
 //! A gRPC client that sends the socket path as `:authority` on a unix socket (grpc-core, as Python's grpcio does since
 //! grpc 1.57: the percent-encoded path; grpc-java: the raw path) is answered, not reset with PROTOCOL_ERROR. The
 //! call is written by hand (HTTP/2 frames, HPACK) as those clients write it, so this test needs no Python;
-//! crates/cli/tests/provider_python.rs runs the real grpcio client.
+//! crates/cli/tests/e2e/provider_python.rs runs the real grpcio client.
 
 use std::{sync::Arc, time::Duration};
 
