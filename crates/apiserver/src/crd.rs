@@ -15,8 +15,9 @@
 //!   resource are left alone.
 //!
 //! Not served: conversion webhooks (every version is served from the one stored object, only `apiVersion` changes,
-//! as with strategy `None`), CEL rules (`x-kubernetes-validations`), `x-kubernetes-list-type` and other list or map
-//! semantics, formats and numeric or string bounds, name conflicts between CRDs (`NamesAccepted` is always True).
+//! as with strategy `None`), CEL rules (`x-kubernetes-validations`), the uniqueness that `x-kubernetes-list-type`
+//! `set`/`map` demands (server-side apply merges by these markers, [`crate::apply`], but a duplicate is not refused),
+//! formats and numeric or string bounds, name conflicts between CRDs (`NamesAccepted` is always True).
 
 use std::{
     cmp::Reverse,

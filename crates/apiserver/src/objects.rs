@@ -266,10 +266,14 @@ fn validate_meta(ctx: &Context, object: &Value) -> Result<(), ApiError> {
     }
 }
 
-/// Moves Secret `stringData` into `data` (base64), as the API server does on every write.
+/// What the API server does to a Secret on every write: an empty `type` becomes `Opaque` (its defaulting), and
+/// `stringData` moves into `data` (base64).
 fn fold_string_data(ctx: &Context, object: &mut Value) {
     if ctx.def.kind != "Secret" {
         return;
+    }
+    if object.get("type").is_none_or(|t| t.is_null() || t == "") {
+        object["type"] = json!(SECRET_TYPE_OPAQUE);
     }
     let Some(string_data) = object.as_object_mut().and_then(|o| o.remove("stringData")) else {
         return;
@@ -285,6 +289,9 @@ fn fold_string_data(ctx: &Context, object: &mut Value) {
         object["data"][key] = json!(base64::engine::general_purpose::STANDARD.encode(text));
     }
 }
+
+/// The Secret type an empty `type` defaults to.
+const SECRET_TYPE_OPAQUE: &str = "Opaque";
 
 fn random_suffix() -> String {
     use rand::Rng as _;

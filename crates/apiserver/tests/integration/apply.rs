@@ -23,6 +23,15 @@ fn secret(data: &[(&str, &str)]) -> Value {
     json!({ "apiVersion": "v1", "kind": "Secret", "metadata": { "name": "s" }, "data": data })
 }
 
+/// Applies the Secret `s` with `data` under `params` (its manager, maybe forced or a dry run).
+async fn apply_secret(
+    api: &Api<Secret>,
+    params: &PatchParams,
+    data: &[(&str, &str)],
+) -> kube::Result<Secret> {
+    api.patch("s", params, &Patch::Apply(secret(data))).await
+}
+
 fn base64_of(text: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(text)
@@ -59,12 +68,7 @@ fn data_of(secret: &Secret) -> Vec<(String, String)> {
 async fn apply_creates_the_object_and_records_the_applier_as_owner_of_its_fields() {
     let t = TestServer::start().await;
     let secrets: Api<Secret> = t.api();
-    let created = secrets
-        .patch(
-            "s",
-            &PatchParams::apply("first"),
-            &Patch::Apply(secret(&[("a", "1")])),
-        )
+    let created = apply_secret(&secrets, &PatchParams::apply("first"), &[("a", "1")])
         .await
         .unwrap();
     assert_eq!(data_of(&created), vec![("a".into(), "1".into())]);
@@ -84,12 +88,7 @@ async fn apply_creates_the_object_and_records_the_applier_as_owner_of_its_fields
     assert!(entry.time.is_some());
 
     // Applying the same configuration again changes nothing.
-    let again = secrets
-        .patch(
-            "s",
-            &PatchParams::apply("first"),
-            &Patch::Apply(secret(&[("a", "1")])),
-        )
+    let again = apply_secret(&secrets, &PatchParams::apply("first"), &[("a", "1")])
         .await
         .unwrap();
     assert_eq!(rv(&again), rv(&created));
@@ -102,22 +101,11 @@ async fn apply_creates_the_object_and_records_the_applier_as_owner_of_its_fields
 async fn a_second_manager_changing_a_field_conflicts_and_force_takes_it() {
     let t = TestServer::start().await;
     let secrets: Api<Secret> = t.api();
-    secrets
-        .patch(
-            "s",
-            &PatchParams::apply("first"),
-            &Patch::Apply(secret(&[("a", "1"), ("b", "2")])),
-        )
+    apply_secret(&secrets, &PatchParams::apply("first"), &[("a", "1"), ("b", "2")])
         .await
         .unwrap();
     let status = expect_status(
-        secrets
-            .patch(
-                "s",
-                &PatchParams::apply("second"),
-                &Patch::Apply(secret(&[("a", "changed")])),
-            )
-            .await,
+        apply_secret(&secrets, &PatchParams::apply("second"), &[("a", "changed")]).await,
         409,
         "Conflict",
     );
@@ -137,24 +125,18 @@ async fn a_second_manager_changing_a_field_conflicts_and_force_takes_it() {
     );
 
     // The same value is no conflict: both managers own it.
-    let shared = secrets
-        .patch(
-            "s",
-            &PatchParams::apply("second"),
-            &Patch::Apply(secret(&[("a", "1")])),
-        )
+    let shared = apply_secret(&secrets, &PatchParams::apply("second"), &[("a", "1")])
         .await
         .unwrap();
     assert_eq!(managed(&shared).len(), 2);
 
-    let forced = secrets
-        .patch(
-            "s",
-            &PatchParams::apply("second").force(),
-            &Patch::Apply(secret(&[("a", "changed")])),
-        )
-        .await
-        .unwrap();
+    let forced = apply_secret(
+        &secrets,
+        &PatchParams::apply("second").force(),
+        &[("a", "changed")],
+    )
+    .await
+    .unwrap();
     assert_eq!(
         data_of(&forced),
         vec![("a".into(), "changed".into()), ("b".into(), "2".into())]
@@ -327,9 +309,7 @@ async fn apply_needs_a_field_manager_and_force_is_only_for_apply() {
     let t = TestServer::start().await;
     let secrets: Api<Secret> = t.api();
     let status = expect_status(
-        secrets
-            .patch("s", &PatchParams::default(), &Patch::Apply(secret(&[("a", "1")])))
-            .await,
+        apply_secret(&secrets, &PatchParams::default(), &[("a", "1")]).await,
         422,
         "Invalid",
     );
@@ -337,12 +317,7 @@ async fn apply_needs_a_field_manager_and_force_is_only_for_apply() {
         status.message,
         "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
     );
-    secrets
-        .patch(
-            "s",
-            &PatchParams::apply("first"),
-            &Patch::Apply(secret(&[("a", "1")])),
-        )
+    apply_secret(&secrets, &PatchParams::apply("first"), &[("a", "1")])
         .await
         .unwrap();
     // kube refuses to send it, so the request is made by hand.
@@ -373,12 +348,7 @@ async fn apply_needs_a_field_manager_and_force_is_only_for_apply() {
 async fn a_write_may_set_or_clear_managed_fields_itself() {
     let t = TestServer::start().await;
     let secrets: Api<Secret> = t.api();
-    secrets
-        .patch(
-            "s",
-            &PatchParams::apply("first"),
-            &Patch::Apply(secret(&[("a", "1")])),
-        )
+    apply_secret(&secrets, &PatchParams::apply("first"), &[("a", "1")])
         .await
         .unwrap();
     let moved = json!({ "metadata": { "managedFields": [{
@@ -399,22 +369,11 @@ async fn a_write_may_set_or_clear_managed_fields_itself() {
         )]
     );
     // Now `second` may change the field without a conflict, and `first` may not.
-    secrets
-        .patch(
-            "s",
-            &PatchParams::apply("second"),
-            &Patch::Apply(secret(&[("a", "2")])),
-        )
+    apply_secret(&secrets, &PatchParams::apply("second"), &[("a", "2")])
         .await
         .unwrap();
     expect_status(
-        secrets
-            .patch(
-                "s",
-                &PatchParams::apply("first"),
-                &Patch::Apply(secret(&[("a", "3")])),
-            )
-            .await,
+        apply_secret(&secrets, &PatchParams::apply("first"), &[("a", "3")]).await,
         409,
         "Conflict",
     );
@@ -435,12 +394,7 @@ async fn a_write_may_set_or_clear_managed_fields_itself() {
 async fn a_dry_run_apply_answers_and_stores_nothing() {
     let t = TestServer::start().await;
     let secrets: Api<Secret> = t.api();
-    let answered = secrets
-        .patch(
-            "s",
-            &PatchParams::apply("first").dry_run(),
-            &Patch::Apply(secret(&[("a", "1")])),
-        )
+    let answered = apply_secret(&secrets, &PatchParams::apply("first").dry_run(), &[("a", "1")])
         .await
         .unwrap();
     assert_eq!(data_of(&answered), vec![("a".into(), "1".into())]);
@@ -450,30 +404,18 @@ async fn a_dry_run_apply_answers_and_stores_nothing() {
         "nothing was created"
     );
 
-    let stored = secrets
-        .patch(
-            "s",
-            &PatchParams::apply("first"),
-            &Patch::Apply(secret(&[("a", "1")])),
-        )
+    let stored = apply_secret(&secrets, &PatchParams::apply("first"), &[("a", "1")])
         .await
         .unwrap();
-    let conflict = secrets
-        .patch(
-            "s",
-            &PatchParams::apply("second").dry_run(),
-            &Patch::Apply(secret(&[("a", "2")])),
-        )
-        .await;
+    let conflict = apply_secret(&secrets, &PatchParams::apply("second").dry_run(), &[("a", "2")]).await;
     expect_status(conflict, 409, "Conflict");
-    secrets
-        .patch(
-            "s",
-            &PatchParams::apply("second").dry_run().force(),
-            &Patch::Apply(secret(&[("a", "2")])),
-        )
-        .await
-        .unwrap();
+    apply_secret(
+        &secrets,
+        &PatchParams::apply("second").dry_run().force(),
+        &[("a", "2")],
+    )
+    .await
+    .unwrap();
     let after = secrets.get("s").await.unwrap();
     assert_eq!(data_of(&after), vec![("a".into(), "1".into())]);
     assert_eq!(rv(&after), rv(&stored));

@@ -573,7 +573,8 @@ async fn secret_data_that_is_not_base64_is_refused_naming_the_key_and_nothing_is
 
 // Secret.stringData: "It is provided as a write-only input field for convenience. All keys and values are
 // merged into the data field on write, overwriting any existing values. The stringData field is never output
-// when reading from the API."
+// when reading from the API." Secret.type: "Used to facilitate programmatic handling of secret data" — an empty one
+// is defaulted to Opaque (kube-apiserver's SetDefaults_Secret).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secret_string_data_is_merged_into_data_and_not_stored() {
     let t = TestServer::start().await;
@@ -610,6 +611,7 @@ async fn secret_string_data_is_merged_into_data_and_not_stored() {
         .unwrap();
     assert_eq!(raw["data"]["user"], "YWRtaW4=");
     assert!(raw.get("stringData").is_none());
+    assert_eq!(raw["type"], "Opaque", "an empty type is defaulted");
 
     let patched = secrets
         .patch(

@@ -3,6 +3,8 @@
 //! `--force-conflicts` taking the field, and `kubectl get --show-managed-fields` listing both managers. Every test
 //! starts its own server on a free port in a directory of its own.
 
+use std::path::Path;
+
 use crate::support;
 
 use support::{Server, arg, example};
@@ -12,6 +14,19 @@ const SECRET: &str =
 
 fn secret(value: &str) -> String {
     SECRET.replace("{VALUE}", value)
+}
+
+/// The arguments of `kubectl apply --server-side <extra...> -f <file>`.
+fn server_side<'a>(extra: &[&'a str], file: &'a Path) -> Vec<&'a str> {
+    let mut args = vec!["apply", "--server-side"];
+    args.extend_from_slice(extra);
+    args.extend(["-f", arg(file)]);
+    args
+}
+
+/// The stored value of the Secret's `data.key` (base64).
+fn stored_key(server: &Server) -> String {
+    server.kubectl_ok(&["get", "secret", "app", "-o", "jsonpath={.data.key}"])
 }
 
 /// The managers of an object and their operations, from `kubectl get -o yaml --show-managed-fields`, as
@@ -45,45 +60,26 @@ fn server_side_apply_of_a_secret_conflicts_with_a_second_manager_until_forced() 
     let server = Server::start("ssa-secret");
     // "one" and "two" in base64.
     let first = server.write("secret.yaml", &secret("b25l"));
-    let out = server.kubectl_ok(&["apply", "--server-side", "-f", arg(&first)]);
+    let out = server.kubectl_ok(&server_side(&[], &first));
     assert_eq!(out.trim(), "secret/app serverside-applied");
     // Applying the same file again is no change and no conflict.
-    let out = server.kubectl_ok(&["apply", "--server-side", "-f", arg(&first)]);
+    let out = server.kubectl_ok(&server_side(&[], &first));
     assert_eq!(out.trim(), "secret/app serverside-applied");
 
     let second = server.write("secret-other.yaml", &secret("dHdv"));
-    let err = server.kubectl_err(&[
-        "apply",
-        "--server-side",
-        "--field-manager",
-        "other",
-        "-f",
-        arg(&second),
-    ]);
+    let err = server.kubectl_err(&server_side(&["--field-manager", "other"], &second));
     assert!(
         err.contains("Apply failed with 1 conflict: conflict with \"kubectl\": .data.key"),
         "kubectl reports the conflicting field and its manager:\n{err}"
     );
-    assert_eq!(
-        server.kubectl_ok(&["get", "secret", "app", "-o", "jsonpath={.data.key}"]),
-        "b25l",
-        "a conflict changes nothing"
-    );
+    assert_eq!(stored_key(&server), "b25l", "a conflict changes nothing");
 
-    let out = server.kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "--field-manager",
-        "other",
-        "--force-conflicts",
-        "-f",
-        arg(&second),
-    ]);
+    let out = server.kubectl_ok(&server_side(
+        &["--field-manager", "other", "--force-conflicts"],
+        &second,
+    ));
     assert_eq!(out.trim(), "secret/app serverside-applied");
-    assert_eq!(
-        server.kubectl_ok(&["get", "secret", "app", "-o", "jsonpath={.data.key}"]),
-        "dHdv"
-    );
+    assert_eq!(stored_key(&server), "dHdv");
     // Both still apply `type`; only `other` owns `data.key` now.
     assert_eq!(
         managers(&server, "secret/app"),
@@ -91,7 +87,7 @@ fn server_side_apply_of_a_secret_conflicts_with_a_second_manager_until_forced() 
     );
 
     // The first manager now conflicts in turn.
-    let err = server.kubectl_err(&["apply", "--server-side", "-f", arg(&first)]);
+    let err = server.kubectl_err(&server_side(&[], &first));
     assert!(err.contains("conflict with \"other\": .data.key"), "{err}");
 }
 
@@ -108,12 +104,9 @@ fn server_side_apply_takes_over_from_client_side_apply_without_a_conflict() {
         vec!["kubectl-client-side-apply/Update"]
     );
     let second = server.write("secret-two.yaml", &secret("dHdv"));
-    let out = server.kubectl_ok(&["apply", "--server-side", "-f", arg(&second)]);
+    let out = server.kubectl_ok(&server_side(&[], &second));
     assert_eq!(out.trim(), "secret/app serverside-applied");
-    assert_eq!(
-        server.kubectl_ok(&["get", "secret", "app", "-o", "jsonpath={.data.key}"]),
-        "dHdv"
-    );
+    assert_eq!(stored_key(&server), "dHdv");
     // kubectl moved client-side apply's entry to `kubectl` and keeps the last-applied annotation under a manager of
     // its own, as against a real server.
     assert_eq!(
@@ -157,27 +150,15 @@ fn server_side_apply_of_a_machine_deployment_tracks_managers_and_forces_conflict
         "apiVersion: machine.sapcloud.io/v1alpha1\nkind: MachineDeployment\nmetadata:\n  name: workers\nspec:\n  \
          replicas: 5\n",
     );
-    let err = server.kubectl_err(&[
-        "apply",
-        "--server-side",
-        "--field-manager",
-        "other",
-        "-f",
-        arg(&scaled),
-    ]);
+    let err = server.kubectl_err(&server_side(&["--field-manager", "other"], &scaled));
     assert!(
         err.contains("Apply failed with 1 conflict: conflict with \"kubectl\": .spec.replicas"),
         "kubectl reports the conflicting field and its manager:\n{err}"
     );
-    server.kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "--field-manager",
-        "other",
-        "--force-conflicts",
-        "-f",
-        arg(&scaled),
-    ]);
+    server.kubectl_ok(&server_side(
+        &["--field-manager", "other", "--force-conflicts"],
+        &scaled,
+    ));
     assert_eq!(
         server.kubectl_ok(&[
             "get",
@@ -199,14 +180,7 @@ fn server_side_apply_of_a_machine_deployment_tracks_managers_and_forces_conflict
         managers(&server, "machinedeployment/workers"),
         vec!["kubectl/Apply", "kubectl/Update"]
     );
-    let err = server.kubectl_err(&[
-        "apply",
-        "--server-side",
-        "--field-manager",
-        "other",
-        "-f",
-        arg(&scaled),
-    ]);
+    let err = server.kubectl_err(&server_side(&["--field-manager", "other"], &scaled));
     assert!(
         err.contains(
             "conflict with \"kubectl\" with subresource \"scale\" using machine.sapcloud.io/v1alpha1: .spec.replicas"
