@@ -21,6 +21,9 @@ use crate::{
     store::Store,
 };
 
+/// The database file of an on-disk server, in its data directory.
+pub const STORE_FILE: &str = "store.redb";
+
 /// How to run the server.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -170,7 +173,7 @@ impl ApiServer {
         let pki = Pki::load_or_create(dir, &hosts)?;
         let token = pki::load_or_create_token(dir)?;
         let store = Arc::new(Store::open(
-            (!config.in_memory).then(|| dir.join("store.redb")).as_deref(),
+            (!config.in_memory).then(|| dir.join(STORE_FILE)).as_deref(),
             config.watch_window,
         )?);
         let registry = SharedRegistry::new(Registry::new());

@@ -211,6 +211,15 @@ impl Store {
         (inner.objects_of(resource, namespace), inner.rv)
     }
 
+    /// How many objects are stored, per resource (`mcm bench` reports how the store grows).
+    pub fn counts(&self) -> BTreeMap<String, usize> {
+        self.lock()
+            .objects
+            .iter()
+            .map(|(resource, objects)| (resource.clone(), objects.len()))
+            .collect()
+    }
+
     /// Whether any object of any resource lives in this namespace.
     pub fn namespace_is_empty(&self, namespace: &str) -> bool {
         let inner = self.lock();
@@ -236,40 +245,75 @@ impl Store {
         let mut inner = self.lock();
         let key = (namespace.to_owned(), name.to_owned());
         let (current, change) = decided(&inner, resource, &key, decide)?;
-        let Some((event_type, mut object)) = change else {
+        let Some((event_type, object)) = change else {
             return Ok((current, None));
         };
-        let rv = inner.rv + 1;
-        set_resource_version(&mut object, rv);
-        let object = Arc::new(object);
-        let event = Arc::new(WatchEvent {
-            rv,
-            event_type,
-            resource: resource.to_owned(),
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-            object: Arc::clone(&object),
-            previous: current,
-            at: std::time::Instant::now(),
-        });
+        let event = change_event(inner.rv + 1, resource, key, object, event_type, current);
+        self.commit(&mut inner, std::slice::from_ref(&event))?;
+        Ok((Some(Arc::clone(&event.object)), Some(event_type)))
+    }
+
+    /// [`Store::mutate`] for many objects of one resource, committed together: one database transaction (one
+    /// fsync) for all the changes, which take consecutive resourceVersions and are sent to watches in order. Each
+    /// decision is taken under the lock as in `mutate`. For bulk work such as expiring Events, which
+    /// kube-apiserver's storage also removes together (Events share etcd leases, and a lease's keys go at once).
+    /// Returns how many objects changed.
+    pub fn mutate_many<F>(
+        &self,
+        resource: &str,
+        keys: &[(String, String)],
+        mut decide: F,
+    ) -> Result<usize, ApiError>
+    where
+        F: FnMut(Option<&Arc<Value>>) -> Result<Mutation, ApiError>,
+    {
+        let mut inner = self.lock();
+        let mut events = Vec::new();
+        for key in keys {
+            let (current, change) = decided(&inner, resource, key, &mut decide)?;
+            if let Some((event_type, object)) = change {
+                let rv = inner.rv + 1 + events.len() as u64;
+                events.push(change_event(
+                    rv,
+                    resource,
+                    key.clone(),
+                    object,
+                    event_type,
+                    current,
+                ));
+            }
+        }
+        self.commit(&mut inner, &events)?;
+        Ok(events.len())
+    }
+
+    /// Persists `events` (consecutive resourceVersions after the current one) in one transaction, then applies them
+    /// to the objects and the log and sends them to watches.
+    fn commit(&self, inner: &mut Inner, events: &[Arc<WatchEvent>]) -> Result<(), ApiError> {
+        let Some(last) = events.last() else {
+            return Ok(());
+        };
         if let Some(db) = &self.db {
-            self.persist(db, &event)
+            self.persist(db, events)
                 .map_err(|err| ApiError::Internal(err.to_string()))?;
         }
-        inner.rv = rv;
-        let objects = inner.objects.entry(resource.to_owned()).or_default();
-        if event_type == EventType::Deleted {
-            objects.remove(&key);
-        } else {
-            objects.insert(key, Arc::clone(&object));
+        inner.rv = last.rv;
+        for event in events {
+            let objects = inner.objects.entry(event.resource.clone()).or_default();
+            let key = (event.namespace.clone(), event.name.clone());
+            if event.event_type == EventType::Deleted {
+                objects.remove(&key);
+            } else {
+                objects.insert(key, Arc::clone(&event.object));
+            }
+            inner.log.push_back(Arc::clone(event));
+            // No receiver is fine; lagging receivers notice and end their watch.
+            let _ = self.events.send(Arc::clone(event));
         }
-        inner.log.push_back(Arc::clone(&event));
         while inner.log.len() > self.window {
             inner.log.pop_front();
         }
-        // No receiver is fine; lagging receivers notice and end their watch.
-        let _ = self.events.send(event);
-        Ok((Some(object), Some(event_type)))
+        Ok(())
     }
 
     /// What [`Store::mutate`] would do, decided the same way under the lock, with nothing committed (a dry run):
@@ -303,37 +347,31 @@ impl Store {
         Ok((Some(Arc::new(object)), Some(event_type)))
     }
 
-    fn persist(&self, db: &Database, event: &WatchEvent) -> Result<(), StoreError> {
-        let key = object_key(&event.resource, &event.namespace, &event.name);
-        let record = json!({
-            "type": event.event_type.as_str(),
-            "resource": event.resource,
-            "namespace": event.namespace,
-            "name": event.name,
-            "object": &*event.object,
-            // A selector watch resumed after a restart needs the state before a modification to tell a change
-            // from an object entering or leaving the selector.
-            "previous": event.previous.as_deref().filter(|_| event.event_type == EventType::Modified),
-        });
-        let record = serde_json::to_vec(&record).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    fn persist(&self, db: &Database, events: &[Arc<WatchEvent>]) -> Result<(), StoreError> {
         let txn = db.begin_write().map_err(db_err)?;
         {
             let mut objects = txn.open_table(OBJECTS).map_err(db_err)?;
-            if event.event_type == EventType::Deleted {
-                objects.remove(key.as_str()).map_err(db_err)?;
-            } else {
-                let bytes =
-                    serde_json::to_vec(&*event.object).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-                objects.insert(key.as_str(), bytes.as_slice()).map_err(db_err)?;
-            }
-            let mut events = txn.open_table(EVENTS).map_err(db_err)?;
-            events.insert(event.rv, record.as_slice()).map_err(db_err)?;
+            let mut log = txn.open_table(EVENTS).map_err(db_err)?;
             let window = self.window as u64;
-            if event.rv > window {
-                events.remove(event.rv - window).map_err(db_err)?;
+            for event in events {
+                let key = object_key(&event.resource, &event.namespace, &event.name);
+                if event.event_type == EventType::Deleted {
+                    objects.remove(key.as_str()).map_err(db_err)?;
+                } else {
+                    let bytes =
+                        serde_json::to_vec(&*event.object).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                    objects.insert(key.as_str(), bytes.as_slice()).map_err(db_err)?;
+                }
+                log.insert(event.rv, log_record(event)?.as_slice())
+                    .map_err(db_err)?;
+                if event.rv > window {
+                    log.remove(event.rv - window).map_err(db_err)?;
+                }
             }
-            let mut meta = txn.open_table(META).map_err(db_err)?;
-            meta.insert(RV_KEY, event.rv).map_err(db_err)?;
+            if let Some(last) = events.last() {
+                let mut meta = txn.open_table(META).map_err(db_err)?;
+                meta.insert(RV_KEY, last.rv).map_err(db_err)?;
+            }
         }
         txn.commit().map_err(db_err)
     }
@@ -416,6 +454,43 @@ where
     Ok((current, change))
 }
 
+/// The watch event of a decided change, its object stamped with `rv`.
+fn change_event(
+    rv: u64,
+    resource: &str,
+    (namespace, name): ObjectKey,
+    mut object: Value,
+    event_type: EventType,
+    previous: Option<Arc<Value>>,
+) -> Arc<WatchEvent> {
+    set_resource_version(&mut object, rv);
+    Arc::new(WatchEvent {
+        rv,
+        event_type,
+        resource: resource.to_owned(),
+        namespace,
+        name,
+        object: Arc::new(object),
+        previous,
+        at: std::time::Instant::now(),
+    })
+}
+
+/// The log's record of a change: what a watch resumed after a restart replays.
+fn log_record(event: &WatchEvent) -> Result<Vec<u8>, StoreError> {
+    let record = json!({
+        "type": event.event_type.as_str(),
+        "resource": event.resource,
+        "namespace": event.namespace,
+        "name": event.name,
+        "object": &*event.object,
+        // A selector watch resumed after a restart needs the state before a modification to tell a change from an
+        // object entering or leaving the selector.
+        "previous": event.previous.as_deref().filter(|_| event.event_type == EventType::Modified),
+    });
+    serde_json::to_vec(&record).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
 fn set_resource_version(object: &mut Value, rv: u64) {
     if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
@@ -490,7 +565,70 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("mcm-store-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        dir.join("store.redb")
+        dir.join(crate::server::STORE_FILE)
+    }
+
+    #[test]
+    fn mutate_many_commits_consecutive_versions_in_one_go_and_survives_a_reopen() {
+        let path = temp_db("many");
+        {
+            let store = Store::open(Some(&path), 100).unwrap();
+            for (i, name) in ["a", "b", "c"].into_iter().enumerate() {
+                put(&store, name, i64::try_from(i).unwrap());
+            }
+            let keys: Vec<(String, String)> = ["a", "b", "c", "missing"]
+                .iter()
+                .map(|n| ("default".to_owned(), (*n).to_owned()))
+                .collect();
+            let (_, mut watch) = store.watch_from(3).unwrap();
+            // Deletes every object but the one with v = 1; the missing one stays missing.
+            let changed = store
+                .mutate_many("/secrets", &keys, |current| {
+                    Ok(match current {
+                        Some(c) if c["v"] != 1 => Mutation::Delete((**c).clone()),
+                        _ => Mutation::Unchanged,
+                    })
+                })
+                .unwrap();
+            assert_eq!(changed, 2);
+            assert_eq!(store.current_rv(), 5);
+            let sent: Vec<(u64, String)> = (0..2)
+                .map(|_| watch.try_recv().unwrap())
+                .map(|e| (e.rv, e.name.clone()))
+                .collect();
+            assert_eq!(sent, [(4, "a".to_owned()), (5, "c".to_owned())]);
+        }
+        let store = Store::open(Some(&path), 100).unwrap();
+        assert_eq!(store.current_rv(), 5, "the batch was persisted");
+        assert_eq!(store.counts(), BTreeMap::from([("/secrets".to_owned(), 1)]));
+        assert!(store.get("/secrets", "default", "b").is_some());
+        let (backlog, _) = store.watch_from(3).unwrap();
+        let replayed: Vec<(u64, EventType)> = backlog.iter().map(|e| (e.rv, e.event_type)).collect();
+        assert_eq!(replayed, [(4, EventType::Deleted), (5, EventType::Deleted)]);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn counts_are_per_resource_and_follow_deletes() {
+        let store = Store::open(None, 10).unwrap();
+        put(&store, "a", 1);
+        put(&store, "b", 2);
+        store
+            .mutate("/configmaps", "default", "c", |_| {
+                Ok(Mutation::Put(
+                    json!({ "metadata": { "name": "c", "namespace": "default" } }),
+                ))
+            })
+            .unwrap();
+        store
+            .mutate("/secrets", "default", "a", |cur| {
+                Ok(Mutation::Delete((**cur.unwrap()).clone()))
+            })
+            .unwrap();
+        assert_eq!(
+            store.counts(),
+            BTreeMap::from([("/configmaps".to_owned(), 1), ("/secrets".to_owned(), 1)])
+        );
     }
 
     #[test]

@@ -306,7 +306,7 @@ async fn in_memory_mode_works_and_keeps_nothing_across_a_restart() {
     );
     expect_status(machines.get("m2").await, 404, "NotFound");
     assert!(
-        !t.data_dir().join("store.redb").exists(),
+        !t.data_dir().join(mcm_apiserver::server::STORE_FILE).exists(),
         "no store file in memory mode"
     );
     // The fresh store still serves: the default namespace exists again.

@@ -99,13 +99,15 @@ where
     Ok(())
 }
 
-/// Measures the ceiling with `objects` creates and as many patches at `concurrency` requests at once.
+/// Measures the ceiling with `objects` creates and as many patches at `concurrency` requests at once, in a scratch
+/// namespace named after `round` (each measurement of a run has its own).
 pub(super) async fn measure(
     client: &kube::Client,
     objects: usize,
     concurrency: usize,
+    round: &str,
 ) -> anyhow::Result<Ceiling> {
-    let namespace = format!("mcm-bench-ceiling-{}", std::process::id());
+    let namespace = format!("mcm-bench-ceiling-{}-{round}", std::process::id());
     let namespaces: Api<Namespace> = Api::all(client.clone());
     super::cluster::create_namespace(client, &namespace).await?;
     let machines: Api<Machine> = Api::namespaced(client.clone(), &namespace);

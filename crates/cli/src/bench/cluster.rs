@@ -91,8 +91,9 @@ fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
 }
 
 impl Cluster {
-    /// Starts a fresh embedded API server with a static token file giving the controllers their own user.
-    pub(super) async fn embedded(in_memory: bool) -> anyhow::Result<Self> {
+    /// Starts a fresh embedded API server (Events expiring after `event_ttl`) with a static token file giving the
+    /// controllers their own user.
+    pub(super) async fn embedded(in_memory: bool, event_ttl: Duration) -> anyhow::Result<Self> {
         let dir = scratch_dir()?;
         let token = random_token()?;
         let token_file = dir.join("tokens.csv");
@@ -103,6 +104,7 @@ impl Cluster {
         let mut config = mcm_apiserver::Config::new(dir.join("apiserver"));
         config.in_memory = in_memory;
         config.token_auth_file = Some(token_file);
+        config.event_ttl = event_ttl;
         let server = mcm_apiserver::ApiServer::start(config)
             .await
             .context("starting the embedded API server")?;
@@ -219,6 +221,25 @@ impl Cluster {
         Some(counts)
     }
 
+    /// What the embedded server stores now; None against a kubeconfig's cluster.
+    pub(super) fn store_figures(&self) -> Option<StoreFigures> {
+        let server = self.server.as_ref()?;
+        let counts = server.store().counts();
+        let events = mcm_apiserver::event_ttl::EVENT_RESOURCES
+            .iter()
+            .filter_map(|resource| counts.get(*resource))
+            .sum();
+        #[allow(clippy::cast_precision_loss)] // a store's size fits f64 well enough for MiB with two decimals
+        let disk_mib = std::fs::metadata(self.dir.join("apiserver").join(mcm_apiserver::server::STORE_FILE))
+            .ok()
+            .map(|m| (m.len() as f64 / 1_048_576.0 * 100.0).round() / 100.0);
+        Some(StoreFigures {
+            objects: counts.values().sum(),
+            events,
+            disk_mib,
+        })
+    }
+
     /// Stops the embedded server or deletes the run's namespace, and removes the scratch directory.
     pub(super) async fn finish(self) {
         if self.created_namespace {
@@ -237,6 +258,17 @@ impl Cluster {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// What the embedded server stores at one moment.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub(super) struct StoreFigures {
+    /// Objects of every resource.
+    pub(super) objects: usize,
+    /// Of which Events (both API groups).
+    pub(super) events: usize,
+    /// Size of the server's database file; none in memory.
+    pub(super) disk_mib: Option<f64>,
 }
 
 /// `after - before` for one user.

@@ -1,10 +1,11 @@
 //! `mcm bench`: the scale benchmark of the controllers (issue 12). It runs the controllers (`mcm run`) and the sim
 //! provider (`mcm provider sim serve`, with its simulated kubelets) as processes of their own against a fresh
-//! embedded API server (or a cluster given by a kubeconfig), drives a MachineDeployment of N machines through three
-//! phases (create, roll to another class, scale to 0) and reports per phase the time, the controllers' API requests
-//! and writes as the server counted them, their CPU seconds and peak memory, and the time against a ceiling: how fast
-//! the same server accepts comparable writes from one client at the controllers' concurrency. One JSON object goes to
-//! stdout (and --output); progress goes to stderr.
+//! embedded API server (or a cluster given by a kubeconfig), drives a MachineDeployment of N machines through its
+//! phases (create, one or more rolls to the other class, scale to 0) and reports per phase the time, the controllers'
+//! API requests and writes as the server counted them, their CPU seconds and peak memory, and the time against a
+//! ceiling: how fast the same server accepts comparable writes from one client at the controllers' concurrency. The
+//! ceiling is measured again after each phase, with what the embedded server then stores, so that a long run shows
+//! whether the server slows as its store grows. One JSON object goes to stdout (and --output); progress to stderr.
 
 mod ceiling;
 mod cluster;
@@ -56,6 +57,13 @@ pub(crate) struct BenchArgs {
     /// How long one phase may take before the benchmark fails.
     #[arg(long, default_value = "30m", value_parser = crate::parse_duration)]
     phase_timeout: Duration,
+    /// How many times the deployment is rolled between create and scale-down (back and forth between two classes):
+    /// a longer run, to see whether the server slows as it goes on.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    rolls: u32,
+    /// `--event-ttl` of the embedded API server: Events not written for this long are deleted.
+    #[arg(long, default_value = "1h", value_parser = crate::parse_duration, conflicts_with = "kubeconfig")]
+    event_ttl: Duration,
 }
 
 /// The report.
@@ -63,6 +71,8 @@ pub(crate) struct BenchArgs {
 struct Report {
     machines: usize,
     api_server: String,
+    /// The embedded server's `--event-ttl` (none against a kubeconfig's cluster: its own applies).
+    event_ttl: Option<String>,
     heartbeat_interval: String,
     /// The controllers' client-side rate limit.
     client_rate_limit: &'static str,
@@ -82,7 +92,7 @@ struct Report {
 /// One phase of the report.
 #[derive(Debug, Serialize)]
 struct PhaseReport {
-    name: &'static str,
+    name: String,
     seconds: f64,
     /// Writes of the controllers (every verb but get, list and watch).
     writes: u64,
@@ -101,6 +111,11 @@ struct PhaseReport {
     controller_peak_rss_mib: f64,
     /// Resident memory of the controllers at the end of the phase (VmRSS).
     controller_rss_mib: f64,
+    /// The ceiling measured again right after the phase, against the store as the phase left it (and with the
+    /// simulated kubelets' heartbeats going on).
+    ceiling_after: ceiling::Ceiling,
+    /// What the embedded server stores at the end of the phase (none against a kubeconfig's cluster).
+    store: Option<cluster::StoreFigures>,
 }
 
 /// Runs `mcm bench`.
@@ -119,7 +134,7 @@ pub(crate) fn main(args: &BenchArgs) -> anyhow::Result<()> {
 async fn bench(args: &BenchArgs) -> anyhow::Result<Report> {
     let cluster = match &args.kubeconfig {
         Some(path) => Cluster::external(path).await?,
-        None => Cluster::embedded(args.in_memory).await?,
+        None => Cluster::embedded(args.in_memory, args.event_ttl).await?,
     };
     eprintln!(
         "mcm bench: {} machines against {} (namespace {})",
@@ -139,7 +154,7 @@ async fn run(args: &BenchArgs, cluster: &Cluster) -> anyhow::Result<Report> {
     let concurrency = args.concurrent_syncs.map_or(50, usize::from);
     let objects = args.machines.clamp(200, 2000);
     eprintln!("mcm bench: ceiling: {objects} creates and {objects} status patches, {concurrency} at once");
-    let ceiling = ceiling::measure(&cluster.client, objects, concurrency).await?;
+    let ceiling = ceiling::measure(&cluster.client, objects, concurrency, "start").await?;
     eprintln!(
         "mcm bench: ceiling: {:.0} writes/s ({} writes in {:.2}s)",
         ceiling.writes_per_second, ceiling.writes, ceiling.seconds
@@ -159,7 +174,7 @@ async fn run(args: &BenchArgs, cluster: &Cluster) -> anyhow::Result<Report> {
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let mut reports = Vec::new();
-    for phase in Phase::ALL {
+    for phase in Phase::sequence(args.rolls) {
         let before = cluster.counts().await;
         let usage_before = process::usage(pid)?;
         let started = Instant::now();
@@ -183,6 +198,14 @@ async fn run(args: &BenchArgs, cluster: &Cluster) -> anyhow::Result<Report> {
         let seconds = started.elapsed().as_secs_f64();
         let usage = process::usage(pid)?;
         let after = cluster.counts().await;
+        let store = cluster.store_figures();
+        let ceiling_after = ceiling::measure(
+            &cluster.client,
+            objects,
+            concurrency,
+            &phase.name().replace('_', "-"),
+        )
+        .await?;
         let report = phase_report(
             phase,
             seconds,
@@ -190,18 +213,24 @@ async fn run(args: &BenchArgs, cluster: &Cluster) -> anyhow::Result<Report> {
             &ceiling,
             cluster,
             before.as_ref().zip(after.as_ref()),
-            usage_before,
-            usage,
+            (usage_before, usage),
+            (ceiling_after, store),
         );
         eprintln!(
-            "mcm bench: {} done in {:.2}s: {} writes ({:.2}/machine), {:.2}x the ceiling, {:.2} CPU s, {:.1} MiB peak",
+            "mcm bench: {} done in {:.2}s: {} writes ({:.2}/machine), {:.2}x the ceiling, {:.2} CPU s, {:.1} MiB peak; \
+             ceiling now {:.0} writes/s{}",
             report.name,
             report.seconds,
             report.writes,
             report.writes_per_machine,
             report.ratio_to_ceiling,
             report.controller_cpu_seconds,
-            report.controller_peak_rss_mib
+            report.controller_peak_rss_mib,
+            report.ceiling_after.writes_per_second,
+            report.store.as_ref().map_or_else(String::new, |s| format!(
+                ", {} objects stored ({} Events)",
+                s.objects, s.events
+            )),
         );
         reports.push(report);
     }
@@ -211,6 +240,10 @@ async fn run(args: &BenchArgs, cluster: &Cluster) -> anyhow::Result<Report> {
     Ok(Report {
         machines: args.machines,
         api_server: cluster.description.clone(),
+        event_ttl: args
+            .kubeconfig
+            .is_none()
+            .then(|| mcm_api::GoDuration::from_std(args.event_ttl).0),
         heartbeat_interval: heartbeat,
         client_rate_limit: "off (--kube-api-qps 0)",
         concurrent_syncs: syncs.unwrap_or_else(|| "default (50 machines, 10 sets, 10 deployments)".into()),
@@ -326,8 +359,8 @@ fn phase_report(
     ceiling: &ceiling::Ceiling,
     cluster: &Cluster,
     counts: Option<(&cluster::Counts, &cluster::Counts)>,
-    usage_before: process::Usage,
-    usage: process::Usage,
+    (usage_before, usage): (process::Usage, process::Usage),
+    (ceiling_after, store): (ceiling::Ceiling, Option<cluster::StoreFigures>),
 ) -> PhaseReport {
     let (requests, other_writes) = counts.map_or_else(Default::default, |(before, after)| {
         let requests = cluster::difference(before, after, &cluster.controllers_user);
@@ -372,6 +405,8 @@ fn phase_report(
         controller_cpu_seconds: round(usage.cpu_seconds - usage_before.cpu_seconds),
         controller_peak_rss_mib: round(usage.peak_rss_mib),
         controller_rss_mib: round(usage.rss_mib),
+        ceiling_after,
+        store,
     }
 }
 

@@ -1,5 +1,5 @@
-//! The objects of the benchmark and its three phases: create a MachineDeployment of N machines, roll it to another
-//! class (maxSurge 10%, maxUnavailable 0), scale it to 0. The driver follows machines and MachineSets through
+//! The objects of the benchmark and its phases: create a MachineDeployment of N machines, roll it to the other class
+//! (maxSurge 10%, maxUnavailable 0) once or more (`--rolls`, back and forth), scale it to 0. The driver follows machines and MachineSets through
 //! watches (its own caches, so that waiting costs the server next to nothing) and asks the sim provider for its VMs.
 
 use std::time::{Duration, Instant};
@@ -198,28 +198,43 @@ fn deployment(namespace: &str, replicas: usize) -> anyhow::Result<MachineDeploym
     .context("building the MachineDeployment")
 }
 
-/// The three phases.
+/// The phases: create, one or more rolls, scale to 0.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Phase {
     /// Create the MachineDeployment; done when N machines of the first class are Running.
     Create,
-    /// Roll to the second class; done when N machines of it are Running, the old sets are at 0 and no old machine
-    /// is left.
-    Roll,
+    /// Roll to the other class (the second on odd rounds, back to the first on even ones); done when N machines of
+    /// it are Running, the old sets are at 0 and no old machine is left.
+    Roll(u32),
     /// Scale to 0; done when no machine is left and the provider has no VM.
     ScaleDown,
 }
 
 impl Phase {
-    /// All, in order.
-    pub(super) const ALL: [Self; 3] = [Self::Create, Self::Roll, Self::ScaleDown];
+    /// The phases of a run with `rolls` rolls (at least one), in order.
+    pub(super) fn sequence(rolls: u32) -> Vec<Self> {
+        std::iter::once(Self::Create)
+            .chain((1..=rolls.max(1)).map(Self::Roll))
+            .chain(std::iter::once(Self::ScaleDown))
+            .collect()
+    }
 
-    /// The name in the report.
-    pub(super) fn name(self) -> &'static str {
+    /// The name in the report: `create`, `roll` (then `roll_2`, `roll_3`, ...), `scale_to_zero`.
+    pub(super) fn name(self) -> String {
         match self {
-            Self::Create => "create",
-            Self::Roll => "roll",
-            Self::ScaleDown => "scale_to_zero",
+            Self::Create => "create".into(),
+            Self::Roll(1) => "roll".into(),
+            Self::Roll(round) => format!("roll_{round}"),
+            Self::ScaleDown => "scale_to_zero".into(),
+        }
+    }
+
+    /// The class the machines have at the end of the phase and the one they leave (rolls only).
+    fn classes(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Roll(round) if round % 2 == 0 => (CLASS_A, CLASS_B),
+            Self::Roll(_) => (CLASS_B, CLASS_A),
+            Self::Create | Self::ScaleDown => (CLASS_A, CLASS_B),
         }
     }
 
@@ -238,11 +253,12 @@ impl Phase {
                     .await
                     .context("creating the MachineDeployment")?;
             }
-            Self::Roll => {
+            Self::Roll(_) => {
+                let (to, _) = self.classes();
                 api.patch(
                     DEPLOYMENT,
                     &PatchParams::default(),
-                    &patch(serde_json::json!({"spec": {"template": {"spec": {"class": {"name": CLASS_B}}}}})),
+                    &patch(serde_json::json!({"spec": {"template": {"spec": {"class": {"name": to}}}}})),
                 )
                 .await
                 .context("rolling the MachineDeployment")?;
@@ -276,11 +292,12 @@ impl Phase {
                     format!("{running}/{machines} Running ({total} machines)"),
                 )
             }
-            Self::Roll => {
-                let (new_total, new_running) = caches.count(CLASS_B);
-                let (old_total, _) = caches.count(CLASS_A);
-                let (old_want, old_have) = caches.set_replicas(CLASS_A);
-                let (new_want, _) = caches.set_replicas(CLASS_B);
+            Self::Roll(_) => {
+                let (to, from) = self.classes();
+                let (new_total, new_running) = caches.count(to);
+                let (old_total, _) = caches.count(from);
+                let (old_want, old_have) = caches.set_replicas(from);
+                let (new_want, _) = caches.set_replicas(to);
                 (
                     new_running == machines
                         && old_total == 0
@@ -353,5 +370,23 @@ pub(super) async fn wait(
             phase.name()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_rolls_back_and_forth_between_the_classes() {
+        let phases = Phase::sequence(3);
+        assert_eq!(
+            phases.iter().map(|p| p.name()).collect::<Vec<_>>(),
+            ["create", "roll", "roll_2", "roll_3", "scale_to_zero"]
+        );
+        assert_eq!(Phase::Roll(1).classes(), (CLASS_B, CLASS_A));
+        assert_eq!(Phase::Roll(2).classes(), (CLASS_A, CLASS_B));
+        assert_eq!(Phase::Roll(3).classes(), (CLASS_B, CLASS_A));
+        assert_eq!(Phase::sequence(0).len(), 3, "at least one roll");
     }
 }

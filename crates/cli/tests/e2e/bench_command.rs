@@ -1,5 +1,6 @@
 //! End to end: `mcm bench` against its own embedded API server, with the controllers and the sim provider as child
-//! processes, writes a report with three phases, request counts and a ceiling. Figures are measured, never asserted.
+//! processes, writes a report with its phases (two rolls here), request counts, a ceiling at the start and after
+//! each phase, and what the server stores. Figures are measured, never asserted.
 
 use std::{
     process::{Command, Stdio},
@@ -10,7 +11,7 @@ use std::{
 const DEADLINE: Duration = Duration::from_mins(3);
 
 #[test]
-fn bench_reports_three_phases_with_writes_requests_and_a_ceiling() {
+fn bench_reports_each_phase_with_writes_requests_ceilings_and_the_store() {
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("report.json");
     let mut child = Command::new(env!("CARGO_BIN_EXE_mcm"))
@@ -20,6 +21,10 @@ fn bench_reports_three_phases_with_writes_requests_and_a_ceiling() {
             "5",
             "--heartbeat-interval",
             "1s",
+            "--rolls",
+            "2",
+            "--event-ttl",
+            "10m",
             "--output",
         ])
         .arg(&output)
@@ -55,6 +60,7 @@ fn bench_reports_three_phases_with_writes_requests_and_a_ceiling() {
 
     assert_eq!(report["machines"], 5);
     assert_eq!(report["heartbeat_interval"], "1s");
+    assert_eq!(report["event_ttl"], "10m0s");
     assert!(
         report["api_server"]
             .as_str()
@@ -69,8 +75,19 @@ fn bench_reports_three_phases_with_writes_requests_and_a_ceiling() {
     );
     let phases = report["phases"].as_array().expect("phases");
     let names: Vec<&str> = phases.iter().map(|p| p["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["create", "roll", "scale_to_zero"]);
+    assert_eq!(names, ["create", "roll", "roll_2", "scale_to_zero"]);
     for phase in phases {
+        assert!(
+            phase["ceiling_after"]["writes_per_second"].as_f64().unwrap() > 0.0,
+            "the ceiling is measured again after each phase: {phase}"
+        );
+        let store = &phase["store"];
+        assert!(store["objects"].as_u64().unwrap() > 0, "{phase}");
+        assert!(
+            store["events"].as_u64().unwrap() > 0,
+            "the controllers' Events are stored (a 10m TTL keeps them): {phase}"
+        );
+        assert!(store["disk_mib"].as_f64().unwrap() > 0.0, "on disk: {phase}");
         assert!(phase["writes_per_machine"].as_f64().unwrap() > 0.0, "{phase}");
         assert!(phase["ratio_to_ceiling"].as_f64().unwrap() > 0.0, "{phase}");
         assert!(phase["seconds"].as_f64().unwrap() > 0.0, "{phase}");
@@ -91,9 +108,15 @@ fn bench_reports_three_phases_with_writes_requests_and_a_ceiling() {
             "{phase}"
         );
     }
-    assert_eq!(
-        phases[0]["requests"]["create machines.machine.sapcloud.io"], 5,
-        "the controllers created the 5 machines: {report}"
+    for (phase, name) in [(0, "create"), (1, "roll"), (2, "roll_2")] {
+        assert_eq!(
+            phases[phase]["requests"]["create machines.machine.sapcloud.io"], 5,
+            "the controllers created 5 machines in {name} (the second roll goes back to the first class): {report}"
+        );
+    }
+    assert!(
+        phases[3]["store"]["events"].as_u64().unwrap() > phases[0]["store"]["events"].as_u64().unwrap(),
+        "Events accumulate within their TTL: {report}"
     );
     // The scratch directory (server data, socket, logs) is removed afterwards.
     let left: Vec<_> = std::fs::read_dir(dir.path())
