@@ -57,6 +57,10 @@ fn create_secret_generic_sends_protobuf_and_stores_the_literals() {
     assert_eq!(secret_value(&secret, "user"), "admin");
     assert_eq!(secret_value(&secret, "password"), "p@ss w0rd");
     assert_eq!(secret["metadata"]["namespace"], "default");
+    assert_eq!(
+        secret["type"], "Opaque",
+        "kubectl sends an empty type; the server defaults it as kube-apiserver does"
+    );
 
     // A second create is refused with a protobuf Status, whose message kubectl prints.
     let err = server.kubectl_err(&["create", "secret", "generic", "creds", "--from-literal=a=b"]);
