@@ -216,22 +216,7 @@ async fn run(args: &BenchArgs, cluster: &Cluster) -> anyhow::Result<Report> {
             (usage_before, usage),
             (ceiling_after, store),
         );
-        eprintln!(
-            "mcm bench: {} done in {:.2}s: {} writes ({:.2}/machine), {:.2}x the ceiling, {:.2} CPU s, {:.1} MiB peak; \
-             ceiling now {:.0} writes/s{}",
-            report.name,
-            report.seconds,
-            report.writes,
-            report.writes_per_machine,
-            report.ratio_to_ceiling,
-            report.controller_cpu_seconds,
-            report.controller_peak_rss_mib,
-            report.ceiling_after.writes_per_second,
-            report.store.as_ref().map_or_else(String::new, |s| format!(
-                ", {} objects stored ({} Events)",
-                s.objects, s.events
-            )),
-        );
+        print_done(&report);
         reports.push(report);
     }
     let total = process::usage(pid)?;
@@ -344,6 +329,26 @@ async fn start_processes(
         driver,
         pid,
     })
+}
+
+/// The progress line at the end of a phase.
+fn print_done(report: &PhaseReport) {
+    eprintln!(
+        "mcm bench: {} done in {:.2}s: {} writes ({:.2}/machine), {:.2}x the ceiling, {:.2} CPU s, {:.1} MiB peak; \
+         ceiling now {:.0} writes/s{}",
+        report.name,
+        report.seconds,
+        report.writes,
+        report.writes_per_machine,
+        report.ratio_to_ceiling,
+        report.controller_cpu_seconds,
+        report.controller_peak_rss_mib,
+        report.ceiling_after.writes_per_second,
+        report.store.as_ref().map_or_else(String::new, |s| format!(
+            ", {} objects stored ({} Events)",
+            s.objects, s.events
+        )),
+    );
 }
 
 /// Two decimals are plenty for the report.

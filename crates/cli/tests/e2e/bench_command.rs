@@ -10,25 +10,15 @@ use std::{
 /// How long the whole small benchmark may take.
 const DEADLINE: Duration = Duration::from_mins(3);
 
-#[test]
-fn bench_reports_each_phase_with_writes_requests_ceilings_and_the_store() {
-    let dir = tempfile::tempdir().unwrap();
-    let output = dir.path().join("report.json");
+/// Runs `mcm bench` with `args` and `TMPDIR` in `dir`, within [`DEADLINE`]; returns its report, checked to be the
+/// same on stdout and in `--output`.
+fn run_bench(dir: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let output = dir.join("report.json");
     let mut child = Command::new(env!("CARGO_BIN_EXE_mcm"))
-        .args([
-            "bench",
-            "--machines",
-            "5",
-            "--heartbeat-interval",
-            "1s",
-            "--rolls",
-            "2",
-            "--event-ttl",
-            "10m",
-            "--output",
-        ])
+        .args(args)
+        .arg("--output")
         .arg(&output)
-        .env("TMPDIR", dir.path())
+        .env("TMPDIR", dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -57,7 +47,26 @@ fn bench_reports_each_phase_with_writes_requests_ceilings_and_the_store() {
     let report: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&output).unwrap()).expect("JSON in --output");
     assert_eq!(stdout, report, "stdout and --output carry the same report");
+    report
+}
 
+#[test]
+fn bench_reports_each_phase_with_writes_requests_ceilings_and_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = run_bench(
+        dir.path(),
+        &[
+            "bench",
+            "--machines",
+            "5",
+            "--heartbeat-interval",
+            "1s",
+            "--rolls",
+            "2",
+            "--event-ttl",
+            "10m",
+        ],
+    );
     assert_eq!(report["machines"], 5);
     assert_eq!(report["heartbeat_interval"], "1s");
     assert_eq!(report["event_ttl"], "10m0s");
