@@ -14,6 +14,7 @@ mod bench;
 mod capi;
 mod client;
 mod examples;
+mod flag_names;
 mod node_agent;
 mod provider;
 mod provider_call;
@@ -245,7 +246,7 @@ fn quiet_when_stdout_closes() {
 
 fn main() -> anyhow::Result<()> {
     quiet_when_stdout_closes();
-    match run_command(Cli::parse()) {
+    match run_command(Cli::parse_from(flag_names::normalize(std::env::args_os()))) {
         Err(err) if err.downcast_ref::<StdoutClosed>().is_some() => Ok(()),
         result => result,
     }
