@@ -100,14 +100,19 @@ where
 }
 
 /// Measures the ceiling with `objects` creates and as many patches at `concurrency` requests at once, in a scratch
-/// namespace named after `round` (each measurement of a run has its own).
+/// namespace named after `round` (each measurement of a run has its own; `_` becomes `-`, as a namespace's name is
+/// a DNS label).
 pub(super) async fn measure(
     client: &kube::Client,
     objects: usize,
     concurrency: usize,
     round: &str,
 ) -> anyhow::Result<Ceiling> {
-    let namespace = format!("mcm-bench-ceiling-{}-{round}", std::process::id());
+    let namespace = format!(
+        "mcm-bench-ceiling-{}-{}",
+        std::process::id(),
+        round.replace('_', "-")
+    );
     let namespaces: Api<Namespace> = Api::all(client.clone());
     super::cluster::create_namespace(client, &namespace).await?;
     let machines: Api<Machine> = Api::namespaced(client.clone(), &namespace);

@@ -199,13 +199,7 @@ async fn run(args: &BenchArgs, cluster: &Cluster) -> anyhow::Result<Report> {
         let usage = process::usage(pid)?;
         let after = cluster.counts().await;
         let store = cluster.store_figures();
-        let ceiling_after = ceiling::measure(
-            &cluster.client,
-            objects,
-            concurrency,
-            &phase.name().replace('_', "-"),
-        )
-        .await?;
+        let ceiling_after = ceiling::measure(&cluster.client, objects, concurrency, &phase.name()).await?;
         let report = phase_report(
             phase,
             seconds,

@@ -1,6 +1,7 @@
 //! The objects of the benchmark and its phases: create a MachineDeployment of N machines, roll it to the other class
-//! (maxSurge 10%, maxUnavailable 0) once or more (`--rolls`, back and forth), scale it to 0. The driver follows machines and MachineSets through
-//! watches (its own caches, so that waiting costs the server next to nothing) and asks the sim provider for its VMs.
+//! (maxSurge 10%, maxUnavailable 0) once or more (`--rolls`, back and forth), scale it to 0. The driver follows
+//! machines and MachineSets through watches (its own caches, so that waiting costs the server next to nothing) and
+//! asks the sim provider for its VMs.
 
 use std::time::{Duration, Instant};
 
