@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::{
     MachineDeploymentSpec, MachineDeploymentStatus, MachineSetSpec, MachineSetStatus, MachineSpec,
-    MachineStatus, NodeTemplate, resource::GROUP,
+    MachineStatus, NodeTemplate, crd_shape, resource::GROUP,
 };
 
 /// Why CRDs could not be produced; only a bug in the type definitions can cause it.
@@ -197,6 +197,48 @@ pub fn build(def: KindDef) -> Result<CustomResourceDefinition, CrdError> {
     })
 }
 
+/// The root schema of `Machine`, in the reference's shape ([`crd_shape`]).
+fn machine_schema() -> Value {
+    let mut schema = root_schema(
+        "Machine is the representation of a physical or virtual machine.",
+        json!({ "spec": schema_of::<MachineSpec>(), "status": schema_of::<MachineStatus>() }),
+        &[],
+    );
+    crd_shape::strip(&mut schema);
+    crd_shape::mark_node_template(&mut schema, &["spec", "nodeTemplate"]);
+    schema
+}
+
+/// The root schema of `MachineSet`, in the reference's shape ([`crd_shape`]).
+fn machine_set_schema() -> Value {
+    let mut schema = root_schema(
+        "MachineSet keeps a number of machines made from one template.",
+        json!({ "spec": schema_of::<MachineSetSpec>(), "status": schema_of::<MachineSetStatus>() }),
+        &[],
+    );
+    crd_shape::strip(&mut schema);
+    crd_shape::mark_selector(&mut schema, &["spec", "selector"]);
+    crd_shape::mark_node_template(&mut schema, &["spec", "template", "spec", "nodeTemplate"]);
+    schema
+}
+
+/// The root schema of `MachineDeployment`, in the reference's shape ([`crd_shape`]): `spec.template` required.
+fn machine_deployment_schema() -> Value {
+    let mut schema = root_schema(
+        "MachineDeployment enables declarative updates for machines and MachineSets.",
+        json!({
+            "spec": schema_of::<MachineDeploymentSpec>(),
+            "status": schema_of::<MachineDeploymentStatus>(),
+        }),
+        &[],
+    );
+    crd_shape::strip(&mut schema);
+    crd_shape::require(&mut schema, &["spec"], "template");
+    crd_shape::mark_selector(&mut schema, &["spec", "selector"]);
+    crd_shape::mark_node_template(&mut schema, &["spec", "template", "spec", "nodeTemplate"]);
+    schema
+}
+
 /// The CRD of `Machine` (`machines.machine.sapcloud.io`, short name `mc`).
 pub fn machine() -> Result<CustomResourceDefinition, CrdError> {
     build(KindDef {
@@ -208,11 +250,7 @@ pub fn machine() -> Result<CustomResourceDefinition, CrdError> {
         plural: "machines",
         singular: "machine",
         short_name: "mc",
-        schema: root_schema(
-            "Machine is the representation of a physical or virtual machine.",
-            json!({ "spec": schema_of::<MachineSpec>(), "status": schema_of::<MachineStatus>() }),
-            &[],
-        ),
+        schema: machine_schema(),
         status: true,
         scale: false,
         columns: vec![
@@ -253,11 +291,7 @@ pub fn machine_set() -> Result<CustomResourceDefinition, CrdError> {
         plural: "machinesets",
         singular: "machineset",
         short_name: "mcs",
-        schema: root_schema(
-            "MachineSet keeps a number of machines made from one template.",
-            json!({ "spec": schema_of::<MachineSetSpec>(), "status": schema_of::<MachineSetStatus>() }),
-            &[],
-        ),
+        schema: machine_set_schema(),
         status: true,
         scale: true,
         columns: vec![
@@ -298,14 +332,7 @@ pub fn machine_deployment() -> Result<CustomResourceDefinition, CrdError> {
         plural: "machinedeployments",
         singular: "machinedeployment",
         short_name: "mcd",
-        schema: root_schema(
-            "MachineDeployment enables declarative updates for machines and MachineSets.",
-            json!({
-                "spec": schema_of::<MachineDeploymentSpec>(),
-                "status": schema_of::<MachineDeploymentStatus>(),
-            }),
-            &[],
-        ),
+        schema: machine_deployment_schema(),
         status: true,
         scale: true,
         columns: vec![
@@ -361,6 +388,9 @@ pub fn machine_class() -> Result<CustomResourceDefinition, CrdError> {
     // Required on the wire as in the reference (Go fields without omitempty); the Rust type keeps serde defaults
     // so that the controllers can still read, and report on, an object stored before this rule.
     node_template["required"] = json!(["capacity", "instanceType", "region", "zone"]);
+    // The reference keeps fields of a node template this version does not declare (`+kubebuilder:pruning:...`).
+    node_template["x-kubernetes-preserve-unknown-fields"] = json!(true);
+    crd_shape::strip(&mut node_template);
     build(KindDef {
         group: GROUP,
         version: crate::resource::VERSION,

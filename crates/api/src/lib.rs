@@ -10,6 +10,7 @@ mod bootstrap_token;
 #[cfg(feature = "builders")]
 pub mod builders;
 pub mod crd;
+pub mod crd_shape;
 pub mod duration;
 pub mod keys;
 mod machine;
@@ -19,6 +20,7 @@ mod machineset;
 mod predicates;
 mod resource;
 mod shared;
+mod status_value;
 pub mod validation;
 
 pub use bootstrap_token::bootstrap_tokens_in;
@@ -41,6 +43,7 @@ pub use resource::{API_VERSION, GROUP, VERSION};
 pub use shared::{
     ClassSpec, ConditionStatus, MachineConfiguration, MachineSummary, MachineTemplateSpec, NodeTemplateSpec,
 };
+pub use status_value::{UNRECOGNIZED_CAPACITY, Unrecognized};
 
 /// Re-exported so that users of the API types need not pin k8s-openapi themselves.
 pub use k8s_openapi;

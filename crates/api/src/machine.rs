@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     ClassSpec, MachineConfiguration, NodeTemplateSpec,
     resource::{empty_as_none, namespaced_kind},
+    status_value::status_enum,
 };
 
 /// A machine: the representation of a physical or virtual machine (short name `mc`).
@@ -123,126 +124,59 @@ pub struct CurrentStatus {
     pub preserve_expiry_time: Option<Time>,
 }
 
-/// Phase of a machine (`status.currentStatus.phase`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum MachinePhase {
-    /// The machine is being created.
-    Pending,
-    /// The VM exists but there is no target cluster to join (`--target-kubeconfig none`).
-    Available,
-    /// The node is Ready.
-    Running,
-    /// The machine is being deleted.
-    Terminating,
-    /// The node is not healthy, or missing.
-    Unknown,
-    /// The machine failed (creation or health timeout) and is to be replaced.
-    Failed,
-    /// Creation is failing and is retried.
-    CrashLoopBackOff,
-    /// The machine is being updated in place.
-    InPlaceUpdating,
-    /// The in-place update succeeded.
-    InPlaceUpdateSuccessful,
-    /// The in-place update failed.
-    InPlaceUpdateFailed,
-}
-
-impl MachinePhase {
-    /// Every phase, in the reference's order.
-    pub const ALL: [Self; 10] = [
-        Self::Pending,
-        Self::Available,
-        Self::Running,
-        Self::Terminating,
-        Self::Unknown,
-        Self::Failed,
-        Self::CrashLoopBackOff,
-        Self::InPlaceUpdating,
-        Self::InPlaceUpdateSuccessful,
-        Self::InPlaceUpdateFailed,
-    ];
-
-    /// The wire string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Pending => "Pending",
-            Self::Available => "Available",
-            Self::Running => "Running",
-            Self::Terminating => "Terminating",
-            Self::Unknown => "Unknown",
-            Self::Failed => "Failed",
-            Self::CrashLoopBackOff => "CrashLoopBackOff",
-            Self::InPlaceUpdating => "InPlaceUpdating",
-            Self::InPlaceUpdateSuccessful => "InPlaceUpdateSuccessful",
-            Self::InPlaceUpdateFailed => "InPlaceUpdateFailed",
-        }
+status_enum! {
+    /// Phase of a machine (`status.currentStatus.phase`).
+    pub enum MachinePhase {
+        /// The machine is being created.
+        Pending,
+        /// The VM exists but there is no target cluster to join (`--target-kubeconfig none`).
+        Available,
+        /// The node is Ready.
+        Running,
+        /// The machine is being deleted.
+        Terminating,
+        /// The node is not healthy, or missing.
+        Unknown,
+        /// The machine failed (creation or health timeout) and is to be replaced.
+        Failed,
+        /// Creation is failing and is retried.
+        CrashLoopBackOff,
+        /// The machine is being updated in place.
+        InPlaceUpdating,
+        /// The in-place update succeeded.
+        InPlaceUpdateSuccessful,
+        /// The in-place update failed.
+        InPlaceUpdateFailed,
     }
 }
 
-/// State of a machine's last operation (`status.lastOperation.state`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum MachineState {
-    /// The operation is not complete yet.
-    Processing,
-    /// The operation failed.
-    Failed,
-    /// The operation completed.
-    Successful,
-}
-
-impl MachineState {
-    /// Every state.
-    pub const ALL: [Self; 3] = [Self::Processing, Self::Failed, Self::Successful];
-
-    /// The wire string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Processing => "Processing",
-            Self::Failed => "Failed",
-            Self::Successful => "Successful",
-        }
+status_enum! {
+    /// State of a machine's last operation (`status.lastOperation.state`).
+    pub enum MachineState {
+        /// The operation is not complete yet.
+        Processing,
+        /// The operation failed.
+        Failed,
+        /// The operation completed.
+        Successful,
     }
 }
 
-/// Type of a machine's last operation (`status.lastOperation.type`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum MachineOperationType {
-    /// Creation of the VM.
-    Create,
-    /// An update of the machine.
-    Update,
-    /// An in-place update of the machine.
-    InPlaceUpdate,
-    /// A drain of the node.
-    DrainNode,
-    /// A health check of the node.
-    HealthCheck,
-    /// Deletion of the machine.
-    Delete,
-}
-
-impl MachineOperationType {
-    /// Every operation type.
-    pub const ALL: [Self; 6] = [
-        Self::Create,
-        Self::Update,
-        Self::InPlaceUpdate,
-        Self::DrainNode,
-        Self::HealthCheck,
-        Self::Delete,
-    ];
-
-    /// The wire string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Create => "Create",
-            Self::Update => "Update",
-            Self::InPlaceUpdate => "InPlaceUpdate",
-            Self::DrainNode => "DrainNode",
-            Self::HealthCheck => "HealthCheck",
-            Self::Delete => "Delete",
-        }
+status_enum! {
+    /// Type of a machine's last operation (`status.lastOperation.type`).
+    pub enum MachineOperationType {
+        /// Creation of the VM.
+        Create,
+        /// An update of the machine.
+        Update,
+        /// An in-place update of the machine.
+        InPlaceUpdate,
+        /// A drain of the node.
+        DrainNode,
+        /// A health check of the node.
+        HealthCheck,
+        /// Deletion of the machine.
+        Delete,
     }
 }
 

@@ -11,6 +11,7 @@ use crate::{
     ConditionStatus, MachineSummary, MachineTemplateSpec,
     machineset::{is_zero_i32, is_zero_i64},
     resource::namespaced_kind,
+    status_value::status_enum,
 };
 
 /// Declarative updates of machines through machine sets (short name `mcd`).
@@ -207,28 +208,17 @@ pub struct MachineDeploymentStatus {
     pub failed_machines: Vec<MachineSummary>,
 }
 
-/// Type of a machine deployment condition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum MachineDeploymentConditionType {
-    /// At least the minimum of available machines is up.
-    Available,
-    /// A rollout is making progress (or has stopped making it).
-    Progressing,
-    /// A machine could not be created or deleted.
-    ReplicaFailure,
-    /// The safety controller froze the deployment.
-    Frozen,
-}
-
-impl MachineDeploymentConditionType {
-    /// The wire string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Available => "Available",
-            Self::Progressing => "Progressing",
-            Self::ReplicaFailure => "ReplicaFailure",
-            Self::Frozen => "Frozen",
-        }
+status_enum! {
+    /// Type of a machine deployment condition.
+    pub enum MachineDeploymentConditionType {
+        /// At least the minimum of available machines is up.
+        Available,
+        /// A rollout is making progress (or has stopped making it).
+        Progressing,
+        /// A machine could not be created or deleted.
+        ReplicaFailure,
+        /// The safety controller froze the deployment.
+        Frozen,
     }
 }
 

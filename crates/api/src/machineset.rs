@@ -5,7 +5,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    ClassSpec, ConditionStatus, LastOperation, MachineSummary, MachineTemplateSpec, resource::namespaced_kind,
+    ClassSpec, ConditionStatus, LastOperation, MachineSummary, MachineTemplateSpec,
+    resource::namespaced_kind, status_value::status_enum,
 };
 
 /// A set of machines made from one template (short name `mcs`).
@@ -92,22 +93,13 @@ pub struct MachineSetStatus {
     pub auto_preserve_failed_machine_count: Option<i32>,
 }
 
-/// Type of a machine set condition.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum MachineSetConditionType {
-    /// A machine of the set could not be created or deleted.
-    ReplicaFailure,
-    /// The safety controller froze the set because it overshot its replica count.
-    Frozen,
-}
-
-impl MachineSetConditionType {
-    /// The wire string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ReplicaFailure => "ReplicaFailure",
-            Self::Frozen => "Frozen",
-        }
+status_enum! {
+    /// Type of a machine set condition.
+    pub enum MachineSetConditionType {
+        /// A machine of the set could not be created or deleted.
+        ReplicaFailure,
+        /// The safety controller froze the set because it overshot its replica count.
+        Frozen,
     }
 }
 

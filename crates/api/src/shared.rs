@@ -7,7 +7,7 @@ use k8s_openapi::{api::core::v1::NodeSpec, apimachinery::pkg::apis::meta::v1::Ob
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{GoDuration, machine::LastOperation};
+use crate::{GoDuration, machine::LastOperation, status_value::status_enum};
 
 /// Reference to the class a machine is made from (`spec.class`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -113,25 +113,21 @@ pub struct MachineSummary {
     pub owner_ref: String,
 }
 
-/// Status of a condition: True, False or Unknown.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum ConditionStatus {
-    /// The resource is in the condition.
-    True,
-    /// The resource is not in the condition.
-    False,
-    /// It cannot be told whether the resource is in the condition.
-    #[default]
-    Unknown,
+status_enum! {
+    /// Status of a condition: True, False or Unknown.
+    pub enum ConditionStatus {
+        /// The resource is in the condition.
+        True,
+        /// The resource is not in the condition.
+        False,
+        /// It cannot be told whether the resource is in the condition.
+        Unknown,
+    }
 }
 
-impl ConditionStatus {
-    /// The wire string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::True => "True",
-            Self::False => "False",
-            Self::Unknown => "Unknown",
-        }
+impl Default for ConditionStatus {
+    /// `Unknown`: nothing is claimed about a condition not yet observed.
+    fn default() -> Self {
+        Self::Unknown
     }
 }

@@ -171,6 +171,7 @@ fn schemas_are_structural_and_free_form_only_where_the_reference_is() {
     assert_eq!(
         free_form,
         [
+            "MachineClass.nodeTemplate",
             "MachineClass.providerSpec",
             "Machine.spec.nodeTemplate.metadata",
             "MachineSet.spec.template.metadata",
@@ -220,5 +221,84 @@ fn every_example_fits_its_crd_schema() {
                 assert_declared(&document, &schema(&kind), &path.display().to_string());
             }
         }
+    }
+}
+
+/// Paths of schema nodes (below `path`) that carry `keyword`.
+fn nodes_with(schema: &Value, keyword: &str, path: &str, found: &mut Vec<String>) {
+    let Some(obj) = schema.as_object() else {
+        return;
+    };
+    if obj.contains_key(keyword) {
+        found.push(path.to_owned());
+    }
+    if let Some(Value::Object(props)) = obj.get("properties") {
+        for (name, child) in props {
+            nodes_with(child, keyword, &format!("{path}.{name}"), found);
+        }
+    }
+    for (key, suffix) in [("additionalProperties", "[*]"), ("items", "[]")] {
+        if let Some(child) = obj.get(key) {
+            nodes_with(child, keyword, &format!("{path}{suffix}"), found);
+        }
+    }
+}
+
+/// The reference's CRDs (controller-gen) write no `default` (a real API server would store `class: {}` where the
+/// reference stores nothing), no `nullable` (a `null` is dropped, not kept) and no `enum` (a status value written by a
+/// newer version must be stored, and our controllers then treat it as unknown).
+#[test]
+fn no_default_nullable_or_enum_where_the_reference_has_none() {
+    for kind in ["MachineClass", "Machine", "MachineSet", "MachineDeployment"] {
+        for keyword in ["default", "nullable", "enum"] {
+            let mut found = Vec::new();
+            nodes_with(&schema(kind), keyword, kind, &mut found);
+            assert!(found.is_empty(), "{kind}: `{keyword}` at {found:?}");
+        }
+    }
+}
+
+/// The reference's list and map markers (server-side apply merges by them), `spec.template` required on a
+/// MachineDeployment, and quantities as int-or-string with the quantity pattern.
+#[test]
+fn markers_required_fields_and_quantities_are_the_references() {
+    let deployment = schema("MachineDeployment");
+    let spec = &deployment["properties"]["spec"];
+    assert!(spec["required"].as_array().unwrap().contains(&"template".into()));
+    for set in [schema("MachineSet"), deployment.clone()] {
+        let selector = &set["properties"]["spec"]["properties"]["selector"];
+        assert_eq!(selector["x-kubernetes-map-type"], "atomic");
+        let expressions = &selector["properties"]["matchExpressions"];
+        assert_eq!(expressions["x-kubernetes-list-type"], "atomic");
+        assert_eq!(
+            expressions["items"]["properties"]["values"]["x-kubernetes-list-type"],
+            "atomic"
+        );
+    }
+    let node_spec =
+        &schema("Machine")["properties"]["spec"]["properties"]["nodeTemplate"]["properties"]["spec"];
+    assert_eq!(
+        node_spec["properties"]["podCIDRs"]["x-kubernetes-list-type"],
+        "set"
+    );
+    assert_eq!(
+        node_spec["properties"]["taints"]["x-kubernetes-list-type"],
+        "atomic"
+    );
+    let class = schema("MachineClass");
+    let node_template = &class["properties"]["nodeTemplate"];
+    assert_eq!(node_template["x-kubernetes-preserve-unknown-fields"], true);
+    for field in ["capacity", "virtualCapacity"] {
+        let quantity = &node_template["properties"][field]["additionalProperties"];
+        assert_eq!(quantity["x-kubernetes-int-or-string"], true, "{field}");
+        assert_eq!(
+            quantity["pattern"],
+            mcm_api::crd_shape::QUANTITY_PATTERN,
+            "{field}"
+        );
+        assert_eq!(
+            quantity["anyOf"],
+            serde_json::json!([{ "type": "integer" }, { "type": "string" }])
+        );
     }
 }

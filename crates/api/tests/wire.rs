@@ -80,6 +80,43 @@ fn an_empty_phase_reads_as_new() {
     assert_eq!(status.last_operation.r#type, None);
 }
 
+/// A newer reference, a mixed rollout or a rollback writes status values this build does not know: the object
+/// must still be read (else a watch would drop it), and written back with the value unchanged.
+#[test]
+fn unknown_status_values_are_read_and_written_back_unchanged() {
+    let machine = json!({
+        "apiVersion": "machine.sapcloud.io/v1alpha1",
+        "kind": "Machine",
+        "metadata": { "name": "m" },
+        "spec": { "class": { "kind": "MachineClass", "name": "c" } },
+        "status": {
+            "currentStatus": { "phase": "Hibernating" },
+            "lastOperation": { "state": "Queued", "type": "Resize", "description": "d" }
+        }
+    });
+    let read: Machine =
+        serde_json::from_value(machine.clone()).expect("an unknown value is no reason to refuse");
+    let phase = read.phase().expect("a phase");
+    assert!(!phase.is_recognized());
+    assert_eq!(phase.as_str(), "Hibernating");
+    assert!(!MachinePhase::ALL.contains(&phase));
+    let operation = &read.status.as_ref().unwrap().last_operation;
+    assert_eq!(operation.state.map(|s| s.to_string()).as_deref(), Some("Queued"));
+    assert_eq!(operation.r#type.map(|t| t.to_string()).as_deref(), Some("Resize"));
+    assert_eq!(serde_json::to_value(&read).unwrap(), machine);
+
+    let set: MachineSetStatus = serde_json::from_value(json!({
+        "machineSetCondition": [{ "type": "Degraded", "status": "Maybe" }]
+    }))
+    .unwrap();
+    let condition = &set.conditions[0];
+    assert_eq!(
+        (condition.r#type.as_str(), condition.status.as_str()),
+        ("Degraded", "Maybe")
+    );
+    assert!(!condition.r#type.is_recognized() && condition.status != ConditionStatus::Unknown);
+}
+
 #[test]
 fn machine_set_conditions_keep_the_odd_json_name() {
     let status = MachineSetStatus {

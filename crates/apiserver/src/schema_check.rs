@@ -1,6 +1,6 @@
 //! Checking an object against its structural schema, as the API server does for custom resources: unknown
-//! fields are found (and pruned), and wrong types, missing required fields and unsupported enum values become the
-//! field causes of a 422.
+//! fields are found (and pruned), and wrong types, missing required fields, unsupported enum values, strings that
+//! miss their `pattern` and repeated items of a `set` list become the field causes of a 422.
 
 use serde_json::Value;
 
@@ -11,7 +11,7 @@ use crate::error::Cause;
 pub struct Report {
     /// Paths of fields the schema does not declare (pruned from the object).
     pub unknown: Vec<String>,
-    /// Type, required and enum violations.
+    /// Type, required, enum, pattern and set-uniqueness violations.
     pub causes: Vec<Cause>,
 }
 
@@ -58,6 +58,7 @@ fn walk(schema: &Value, value: &mut Value, path: &str, report: &mut Report) {
         if !(value.is_string() || value.as_i64().is_some() || value.as_u64().is_some()) {
             report.causes.push(type_cause(path, value, "integer or string"));
         }
+        check_pattern(schema, value, path, report);
         return;
     }
     if let Some(expected) = schema.get("type").and_then(Value::as_str)
@@ -66,6 +67,7 @@ fn walk(schema: &Value, value: &mut Value, path: &str, report: &mut Report) {
         report.causes.push(type_cause(path, value, expected));
         return;
     }
+    check_pattern(schema, value, path, report);
     if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
         && !value.is_null()
         && !allowed.contains(value)
@@ -127,6 +129,9 @@ fn walk(schema: &Value, value: &mut Value, path: &str, report: &mut Report) {
             }
         }
         Value::Array(items) => {
+            if schema.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("set") {
+                duplicates(items, path, report);
+            }
             if let Some(item_schema) = schema.get("items") {
                 for (i, item) in items.iter_mut().enumerate() {
                     if !item.is_null() {
@@ -136,6 +141,63 @@ fn walk(schema: &Value, value: &mut Value, path: &str, report: &mut Report) {
             }
         }
         _ => {}
+    }
+}
+
+/// Items of a `x-kubernetes-list-type: set` that repeat an earlier one, as kube-apiserver reports them.
+fn duplicates(items: &[Value], path: &str, report: &mut Report) {
+    for (i, item) in items.iter().enumerate() {
+        if items[..i].contains(item) {
+            report.causes.push(Cause {
+                reason: "FieldValueDuplicate",
+                message: format!("Duplicate value: {item}"),
+                field: format!("{path}[{i}]"),
+            });
+        }
+    }
+}
+
+/// A string against the schema's `pattern` (OpenAPI: it applies to strings only), with kube-apiserver's message.
+/// A pattern that does not compile is a broken CRD; it is refused when the CRD is stored, so here it matches all.
+fn check_pattern(schema: &Value, value: &Value, path: &str, report: &mut Report) {
+    let (Some(pattern), Some(text)) = (schema.get("pattern").and_then(Value::as_str), value.as_str()) else {
+        return;
+    };
+    if patterns::matches(pattern, text) == Some(false) {
+        report.causes.push(Cause {
+            reason: "FieldValueInvalid",
+            message: format!("Invalid value: {value}: {path} in body should match '{pattern}'"),
+            field: path.to_owned(),
+        });
+    }
+}
+
+/// Compiled `pattern`s, kept for the life of the process: a server serves few CRDs, each with few patterns.
+mod patterns {
+    use std::{
+        collections::HashMap,
+        sync::{Mutex, OnceLock},
+    };
+
+    use regex::Regex;
+
+    /// Most patterns kept compiled; beyond it (CRDs rewritten over and over) a pattern is compiled per check.
+    const KEPT: usize = 256;
+
+    /// Whether `text` matches `pattern`; `None` when the pattern does not compile.
+    pub(super) fn matches(pattern: &str, text: &str) -> Option<bool> {
+        static CACHE: OnceLock<Mutex<HashMap<String, Option<Regex>>>> = OnceLock::new();
+        let cache = CACHE.get_or_init(Mutex::default);
+        let mut kept = cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(compiled) = kept.get(pattern) {
+            return compiled.as_ref().map(|re| re.is_match(text));
+        }
+        let compiled = Regex::new(pattern).ok();
+        let verdict = compiled.as_ref().map(|re| re.is_match(text));
+        if kept.len() < KEPT {
+            kept.insert(pattern.to_owned(), compiled);
+        }
+        verdict
     }
 }
 
@@ -173,7 +235,11 @@ mod tests {
             "nodeTemplate": { "capacity": { "cpu": 2 }, "instanceType": "s", "region": "r", "zone": "z", "shape": "round" }
         });
         let report = check(&machine_class_schema(), &mut class);
-        assert_eq!(report.unknown, ["colour", "nodeTemplate.shape"]);
+        assert_eq!(report.unknown, ["colour"]);
+        assert_eq!(
+            class["nodeTemplate"]["shape"], "round",
+            "a node template keeps fields it does not declare, as the reference's CRD"
+        );
         assert!(report.causes.is_empty(), "{:?}", report.causes);
         assert!(class.get("colour").is_none());
         assert_eq!(class["providerSpec"]["whatever"]["nested"], true);
@@ -209,6 +275,38 @@ mod tests {
         assert_eq!(
             type_error.message,
             "Invalid value: \"integer\": nodeTemplate.instanceType in body must be of type string: \"integer\""
+        );
+    }
+
+    #[test]
+    fn quantities_are_checked_against_the_reference_pattern_as_integer_or_string() {
+        let mut class = json!({
+            "metadata": { "name": "c" },
+            "providerSpec": {},
+            "nodeTemplate": {
+                "capacity": { "cpu": 2, "memory": "8Gi", "gpu": "2 cards", "disk": 1.5 },
+                "instanceType": "s", "region": "r", "zone": "z"
+            }
+        });
+        let report = check(&machine_class_schema(), &mut class);
+        let found: Vec<(&str, &str)> = report
+            .causes
+            .iter()
+            .map(|c| (c.reason, c.field.as_str()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("FieldValueTypeInvalid", "nodeTemplate.capacity.disk"),
+                ("FieldValueInvalid", "nodeTemplate.capacity.gpu"),
+            ]
+        );
+        assert!(
+            report.causes[1].message.starts_with(
+                "Invalid value: \"2 cards\": nodeTemplate.capacity.gpu in body should match '^(\\+|-)?"
+            ),
+            "{}",
+            report.causes[1].message
         );
     }
 

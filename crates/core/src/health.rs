@@ -266,7 +266,10 @@ pub fn decide(input: &HealthInput<'_>) -> HealthPlan {
             MachinePhase::Pending
             | MachinePhase::Unknown
             | MachinePhase::CrashLoopBackOff
-            | MachinePhase::InPlaceUpdateSuccessful,
+            | MachinePhase::InPlaceUpdateSuccessful
+            // A phase this build does not know (a newer version wrote it): a healthy node makes it Running, as
+            // the reference does for every phase it does not single out; an unhealthy one starts no timeout.
+            | MachinePhase::Other(_),
         ) if healthy && !held_pending => {
             join(&ctx, &mut plan, &mut status);
         }
@@ -721,6 +724,31 @@ mod tests {
             "Machine m-1 is not healthy since 10m0s. Changing status to failed. Node conditions: Ready=Unknown"
         );
         assert_eq!(after.requeue_after, Some(Duration::from_secs(10)));
+    }
+
+    /// A phase this build does not know (a newer version wrote it) is never read as Failed or timed out: a healthy
+    /// node makes the machine Running, as the reference does for any phase it does not single out, and an unhealthy
+    /// one, however long, changes nothing (no failure candidate, so no replacement).
+    #[test]
+    fn a_phase_this_build_does_not_know_joins_when_healthy_and_never_times_out() {
+        let unknown = MachinePhase::parse("Hibernating");
+        let m = machine(unknown, CREATED, healthy_conditions());
+        let joined = plan(&m, Some(&node(healthy_conditions())), CREATED + 10);
+        assert_eq!(joined.status.unwrap().phase(), Some(MachinePhase::Running));
+
+        let conditions = vec![condition("Ready", "False")];
+        let m = machine(unknown, CREATED, conditions.clone());
+        for later in [CREATED + 10, CREATED + 86_400 * 30] {
+            for n in [Some(node(conditions.clone())), None] {
+                let kept = plan(&m, n.as_ref(), later);
+                assert_eq!(kept.failure_candidate, None);
+                assert_eq!(
+                    kept.status.as_ref().and_then(StatusUpdate::phase),
+                    None,
+                    "{kept:?}"
+                );
+            }
+        }
     }
 
     #[test]

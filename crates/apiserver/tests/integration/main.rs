@@ -5,6 +5,7 @@
 
 mod apply;
 mod control_plane;
+mod crd_corpus;
 mod crds;
 mod crud;
 mod dry_run;

@@ -186,7 +186,10 @@ async fn an_old_class_the_provider_cannot_convert_leaves_a_clear_error_and_creat
         "{}",
         operation.description
     );
-    assert_eq!(operation.state.map(mcm_api::MachineState::as_str), Some("Failed"));
+    assert_eq!(
+        operation.state.as_ref().map(mcm_api::MachineState::as_str),
+        Some("Failed")
+    );
     eventually("a MigrationFailed event", || async {
         h.events_of("m1")
             .await

@@ -1715,6 +1715,7 @@ async fn the_controllers_own_machine_is_never_drained_or_deleted() {
             .unwrap()
             .last_operation
             .state
+            .as_ref()
             .map(mcm_api::MachineState::as_str),
         Some("Failed")
     );

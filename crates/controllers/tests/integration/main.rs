@@ -31,3 +31,4 @@ mod shutdown;
 mod stored_only;
 mod support;
 mod undecodable_objects;
+mod unknown_status_values;

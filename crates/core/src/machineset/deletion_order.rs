@@ -114,8 +114,8 @@ pub fn delete_policy(
 }
 
 /// The reference's rank of a phase on scale-down (`ActiveMachines.Less`): lower goes first. Terminating 0, Failed 1,
-/// CrashLoopBackOff 2, Unknown 3, Pending 4, Available 5, Running 6; any other phase (none yet, in-place phases) 0,
-/// "so brand-new machines are deleted first".
+/// CrashLoopBackOff 2, Unknown 3, Pending 4, Available 5, Running 6; any other phase (none yet, in-place phases, one
+/// this build does not know) 0, "so brand-new machines are deleted first".
 pub fn phase_rank(phase: Option<MachinePhase>) -> u8 {
     match phase {
         Some(MachinePhase::Failed) => 1,

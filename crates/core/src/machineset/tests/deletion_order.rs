@@ -51,6 +51,8 @@ fn new_machines_rank_with_terminating_and_bad_priorities_count_as_three() {
     // "Machine priority is taken to be the default value (3)" when it does not parse.
     assert_eq!(phase_rank(None), 0);
     assert_eq!(phase_rank(Some(MachinePhase::InPlaceUpdating)), 0);
+    // A phase this build does not know ranks 0, as the reference's map lookup of a missing key gives.
+    assert_eq!(phase_rank(Some(MachinePhase::parse("Hibernating"))), 0);
     let mut bad = running("bad");
     annotate(&mut bad, annotations::MACHINE_PRIORITY, "high");
     assert_eq!(bad.priority(), Machine::DEFAULT_PRIORITY);

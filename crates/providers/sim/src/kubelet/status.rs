@@ -59,7 +59,10 @@ fn desired_conditions(faults: Option<&NodeFaults>) -> Vec<NodeCondition> {
     let forced = faults.map(|f| &f.conditions);
     let fault = |type_: &str, status: &str| condition(type_, status, FAULT_REASON, "set by fault injection");
     node_report::reported_conditions(
-        |kubelet| match forced.and_then(|f| f.get(kubelet.type_)).map(|s| s.as_str()) {
+        |kubelet| match forced
+            .and_then(|f| f.get(kubelet.type_))
+            .map(mcm_api::ConditionStatus::as_str)
+        {
             Some(status) if status != kubelet.status => {
                 Some(if kubelet.type_ == "Ready" && status == "False" {
                     condition(
