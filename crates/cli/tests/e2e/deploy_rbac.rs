@@ -1,19 +1,21 @@
-//! The RBAC of `deploy/rbac.yaml` is exactly what `mcm run` needs. The embedded API server (`mcm apiserver
-//! --token-auth-file`) authenticates the controllers as the Deployment's service account
-//! (`system:serviceaccount:<namespace>:<name>`, in `system:masters` so that nothing is refused while the requests
-//! are recorded); the provider runs out of process as the Deployment runs it, with its own identity (its simulated
-//! kubelets write nodes, pods and volume attachments, which are not the controller's requests); the controllers run
-//! with the Deployment's arguments. The test drives a whole lifecycle through kubectl as the admin: a
-//! MachineDeployment scales up to Running and rolls to another class (with a virtual capacity, and no revision
-//! history: the old set is deleted), the unfreeze annotation is acted on, a machine whose node runs two pods (one
-//! with a volume) is deleted and drained, a machine of an old provider-specific class kind is migrated, the
-//! deployment scales down, a machine is force-deleted while the provider is away (its node's volume attachment is
-//! deleted), and everything is deleted. Then the requests the API server counted for the service account are
-//! evaluated against the rules of `deploy/rbac.yaml` as RBAC evaluates them (API groups, resources and
-//! subresources, verbs, resourceNames, a Role's namespace against cluster-wide grants): the test fails listing every
-//! request no rule allows ("missing") and every (API group, resource, verb) a rule grants that no request used
-//! ("unused"), except the few listed in [`NOT_EXERCISED`] with the code path that needs them. The table of every
-//! rule with its request count is printed (`--nocapture`).
+//! The RBAC of `deploy/` (what `kubectl kustomize deploy/` renders: `base/rbac.yaml` for the control cluster
+//! and `target-cluster/rbac.yaml` for the target cluster, one cluster here) is exactly what `mcm run` needs.
+//! The embedded API server (`mcm apiserver --token-auth-file`) authenticates the controllers as the
+//! Deployment's service account (`system:serviceaccount:<namespace>:<name>`, in `system:masters` so that
+//! nothing is refused while the requests are recorded); the provider runs out of process as the Deployment
+//! runs it, with its own identity (its simulated kubelets write nodes, pods and volume attachments, which are
+//! not the controller's requests); the controllers run with the Deployment's arguments. The test drives a
+//! whole lifecycle through kubectl as the admin: a MachineDeployment scales up to Running and rolls to
+//! another class (with a virtual capacity, and no revision history: the old set is deleted), the unfreeze
+//! annotation is acted on, a machine whose node runs two pods (one with a volume) is deleted and drained, a
+//! machine of an old provider-specific class kind is migrated, the deployment scales down, a machine is
+//! force-deleted while the provider is away (its node's volume attachment is deleted), and everything is
+//! deleted. Then the requests the API server counted for the service account are evaluated against those
+//! rules as RBAC evaluates them (API groups, resources and subresources, verbs, resourceNames, a Role's
+//! namespace against cluster-wide grants): the test fails listing every request no rule allows ("missing")
+//! and every (API group, resource, verb) a rule grants that no request used ("unused"), except the few listed
+//! in [`NOT_EXERCISED`] with the code path that needs them. The table of every rule with its request count is
+//! printed (`--nocapture`).
 
 use crate::support;
 use crate::support::deploy;
@@ -36,7 +38,7 @@ const STEP_DEADLINE: Duration = Duration::from_mins(2);
 /// Where the test's pods run: another namespace than the controllers', as a drain meets them.
 const APPS: &str = "apps";
 
-/// Rules of `deploy/rbac.yaml` that the lifecycle of this test does not reach, as (verb, resource, why the code
+/// Rules of `deploy/` that the lifecycle of this test does not reach, as (verb, resource, why the code
 /// needs it). Everything else granted must be used, and an entry here that the run did use fails the test too (the
 /// list stays true).
 const NOT_EXERCISED: &[(&str, &str, &str)] = &[
@@ -330,12 +332,12 @@ fn mcm_run_needs_exactly_the_rules_of_deploy_rbac_yaml() {
         server: &server,
         namespace: &namespace,
     };
-    // The namespace of rbac.yaml (the embedded server serves the machine kinds as if deploy/crds.yaml were applied:
+    // The namespace of base/rbac.yaml (the embedded server serves the machine kinds as if deploy/crds.yaml were applied:
     // it has no CustomResourceDefinition API; deploy_manifests.rs checks crds.yaml is `mcm crds`).
     let namespace_doc = manifests
         .of_kind("Namespace")
         .find(|n| n.name() == namespace)
-        .expect("rbac.yaml creates the namespace");
+        .expect("base/rbac.yaml creates the namespace");
     let apps = serde_json::json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": APPS } });
     for (file, document) in [("namespace.json", &namespace_doc.value), ("apps.json", &apps)] {
         server.kubectl_ok(&["apply", "-f", arg(&server.write(file, &document.to_string()))]);
@@ -429,7 +431,7 @@ fn mcm_run_needs_exactly_the_rules_of_deploy_rbac_yaml() {
     let problems = report.problems();
     assert!(
         problems.is_empty(),
-        "deploy/rbac.yaml does not fit `mcm run`:\n{}",
+        "the RBAC of deploy/ does not fit `mcm run`:\n{}",
         problems.join("\n")
     );
 }
@@ -669,7 +671,7 @@ impl<'a> Report<'a> {
                 .any(|(p, _)| p.verb == *verb && p.resource == *resource)
             {
                 out.push(format!(
-                    "NOT_EXERCISED names {verb} {resource}, which deploy/rbac.yaml does not grant"
+                    "NOT_EXERCISED names {verb} {resource}, which deploy/ does not grant"
                 ));
             }
         }
