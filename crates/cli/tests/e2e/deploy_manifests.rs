@@ -5,11 +5,10 @@
 //! cluster). Every document deserializes as its kind with the k8s-openapi types and loses no field on the way (a
 //! misspelt or misplaced field fails); the CRDs are exactly `mcm crds` and only the base installs them; every
 //! container's arguments are parsed by the binary itself; the probes are the binary's endpoints on its `--port`; a
-//! provider sidecar gets its `MC_` variables and shares one socket with its controller; the seed layout is Gardener's
-//! two containers with Gardener's arguments, and splits the base's RBAC between the control and the target cluster;
-//! every container runs as the Dockerfile's non-root user with a read-only root filesystem, writing only to emptyDir
-//! volumes. What the RBAC rules allow is checked against a live run in `deploy_rbac.rs`; the evaluator both use is
-//! checked here.
+//! provider sidecar gets its `MC_` variables and shares one socket with its controller; every binding names the
+//! service account of its cluster; every container runs as the Dockerfile's non-root user with a read-only root
+//! filesystem, writing only to emptyDir volumes. What each overlay is for is checked in `deploy_layouts.rs`; what the
+//! RBAC rules allow, against a live run in `deploy_rbac.rs`; the evaluator both use is checked here.
 //!
 //! Unknown fields: the k8s-openapi types ignore them, so each document is deserialized into its type, serialized
 //! back and compared with the original as JSON; a field the type does not know is missing afterwards and is
@@ -24,14 +23,14 @@ use std::{
 };
 
 use deploy::{
-    Document, Manifests, PROVIDER, Rbac, Request, SEED_TARGET, Scope, deploy_dir, flag_value,
-    rule_allows, scope_allows,
+    Document, Manifests, Request, SEED_TARGET, Scope, deploy_dir, flag_value, losses, mount_at, pod,
+    rule_allows, runs_controllers, scope_allows, serves_provider,
 };
 use k8s_openapi::{
     api::{
         admissionregistration::v1::{ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding},
         apps::v1::Deployment,
-        core::v1::{ConfigMap, Container, Namespace, PodSpec, Probe, Secret, Service, ServiceAccount},
+        core::v1::{ConfigMap, Container, Namespace, Probe, Secret, Service, ServiceAccount},
         rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
@@ -39,42 +38,8 @@ use k8s_openapi::{
 };
 use serde_json::Value;
 
-/// The seed layout's kustomization.
-const SEED: &str = "overlays/seed-aws";
 /// Where the in-cluster configuration reads the service account token.
 const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
-
-/// The arguments Gardener gives the reference's machine-controller-manager container (gardener/gardener,
-/// pkg/component/nodemanagement/machinecontrollermanager/machine_controller_manager.go); `NAMESPACE` is the control
-/// namespace. The seed layout passes them unchanged.
-const GARDENER_MCM_ARGS: &[&str] = &[
-    "--control-kubeconfig=inClusterConfig",
-    "--machine-safety-overshooting-period=1m",
-    "--namespace=NAMESPACE",
-    "--port=10258",
-    "--safety-up=2",
-    "--safety-down=1",
-    "--target-kubeconfig=/var/run/secrets/gardener.cloud/shoot/generic-kubeconfig/kubeconfig",
-    "--v=3",
-];
-
-/// The arguments Gardener gives the provider's machine-controller container (provider.go there,
-/// `ProviderSidecarContainer`, as the AWS extension injects it).
-const GARDENER_PROVIDER_ARGS: &[&str] = &[
-    "--control-kubeconfig=inClusterConfig",
-    "--kube-api-qps=100",
-    "--kube-api-burst=200",
-    "--machine-creation-timeout=20m",
-    "--machine-drain-timeout=2h",
-    "--machine-health-timeout=10m",
-    "--machine-safety-apiserver-statuscheck-timeout=30s",
-    "--machine-safety-apiserver-statuscheck-period=1m",
-    "--machine-safety-orphan-vms-period=30m",
-    "--namespace=NAMESPACE",
-    "--port=10259",
-    "--target-kubeconfig=/var/run/secrets/gardener.cloud/shoot/generic-kubeconfig/kubeconfig",
-    "--v=3",
-];
 
 /// The document serialized back through its k8s-openapi type.
 fn round_trip(document: &Document) -> Value {
@@ -108,29 +73,6 @@ fn round_trip(document: &Document) -> Value {
         ),
     }
 }
-
-/// Where `after` lost or changed what `before` has (fields `after` added are fine: defaults of the type).
-fn losses(before: &Value, after: &Value, path: &str, out: &mut Vec<String>) {
-    match (before, after) {
-        (Value::Object(b), Value::Object(a)) => {
-            for (key, value) in b {
-                let path = format!("{path}.{key}");
-                match a.get(key) {
-                    Some(other) => losses(value, other, &path, out),
-                    None => out.push(format!("{path}: unknown field (dropped by the type)")),
-                }
-            }
-        }
-        (Value::Array(b), Value::Array(a)) if b.len() == a.len() => {
-            for (index, (value, other)) in b.iter().zip(a).enumerate() {
-                losses(value, other, &format!("{path}[{index}]"), out);
-            }
-        }
-        _ if before == after => {}
-        _ => out.push(format!("{path}: {before} became {after}")),
-    }
-}
-
 
 #[test]
 fn every_document_deserializes_as_its_kind_and_loses_no_field() {
@@ -274,30 +216,6 @@ fn help_flags(args: &[&str]) -> (BTreeSet<String>, String) {
     (flags, help)
 }
 
-/// The words of a container's args before the first flag: `run`, or `provider <name> serve`.
-fn command(container: &Container) -> Vec<String> {
-    container
-        .args
-        .iter()
-        .flatten()
-        .take_while(|a| !a.starts_with('-'))
-        .cloned()
-        .collect()
-}
-
-/// Whether a container runs the controllers (`mcm run`).
-fn runs_controllers(container: &Container) -> bool {
-    command(container) == ["run"]
-}
-
-/// The provider a container serves (`mcm provider <name> serve`).
-fn serves_provider(container: &Container) -> Option<String> {
-    match command(container).as_slice() {
-        [provider, name, serve] if provider == "provider" && serve == "serve" => Some(name.clone()),
-        _ => None,
-    }
-}
-
 /// Parses `args` with the binary itself: `mcm <args> --help` makes clap parse every argument before `--help` (an
 /// unknown flag or a bad value fails with exit code 2, naming it) and then print the help instead of running.
 fn parse_with_binary(args: &[String]) -> Result<(), String> {
@@ -320,7 +238,8 @@ fn the_binary_parses_the_arguments_of_every_container() {
     // The check refuses what the binary refuses.
     let unknown = parse_with_binary(&words(&["run", "--no-such-flag"])).expect_err("an unknown flag");
     assert!(unknown.contains("--no-such-flag"), "{unknown}");
-    let value = parse_with_binary(&words(&["run", "--machine-drain-timeout=2 hours"])).expect_err("a bad value");
+    let value =
+        parse_with_binary(&words(&["run", "--machine-drain-timeout=2 hours"])).expect_err("a bad value");
     assert!(value.contains("--machine-drain-timeout"), "{value}");
     assert!(parse_with_binary(&words(&["provider", "aws", "serve", "--port=10259"])).is_err());
 
@@ -372,7 +291,12 @@ fn probe_target(container: &Container, probe: Option<&Probe>, what: &str) -> (St
                 .iter()
                 .flatten()
                 .find(|p| p.name.as_deref() == Some(name.as_str()))
-                .unwrap_or_else(|| panic!("{}: the {what} probe's port {name} is a container port", container.name))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{}: the {what} probe's port {name} is a container port",
+                        container.name
+                    )
+                })
                 .container_port
         }
     };
@@ -434,25 +358,6 @@ fn the_probes_are_the_binary_endpoints_on_its_metrics_port() {
     }
 }
 
-/// The pod spec of the Deployment.
-fn pod(manifests: &Manifests) -> PodSpec {
-    manifests
-        .deployment()
-        .spec
-        .and_then(|s| s.template.spec)
-        .expect("a pod template")
-}
-
-/// The name of the volume `container` mounts at `directory` (exactly).
-fn mount_at(container: &Container, directory: &str) -> Option<String> {
-    container
-        .volume_mounts
-        .iter()
-        .flatten()
-        .find(|m| m.mount_path == directory)
-        .map(|m| m.name.clone())
-}
-
 /// A provider sidecar's `MC_` variables are the specification's and valid, its `MC_ENDPOINT` is the
 /// `--provider-endpoint` of a controller container, and both mount the socket's directory from one `emptyDir`.
 #[test]
@@ -469,8 +374,9 @@ fn the_sidecar_shares_one_socket_and_gets_the_required_variables() {
             if let Some(endpoint) = flag_value(controller, "--provider-endpoint") {
                 assert!(
                     containers.iter().any(|c| serves_provider(c).is_some()
-                        && c.env.iter().flatten().any(|e| e.name == "MC_ENDPOINT"
-                            && e.value.as_deref() == Some(endpoint.as_str()))),
+                        && c.env.iter().flatten().any(
+                            |e| e.name == "MC_ENDPOINT" && e.value.as_deref() == Some(endpoint.as_str())
+                        )),
                     "{layout}: a sidecar serves {endpoint}"
                 );
             }
@@ -519,9 +425,7 @@ fn the_sidecar_shares_one_socket(layout: &str, manifests: &Manifests, provider: 
     let directory = socket.parent().expect("a directory").to_str().expect("UTF-8");
     let shared: Vec<String> = [&controller, provider]
         .iter()
-        .map(|c| {
-            mount_at(c, directory).unwrap_or_else(|| panic!("{layout} {} mounts {directory}", c.name))
-        })
+        .map(|c| mount_at(c, directory).unwrap_or_else(|| panic!("{layout} {} mounts {directory}", c.name)))
         .collect();
     assert_eq!(shared[0], shared[1], "{layout}: one volume for the socket");
     let volume = pod(manifests)
@@ -530,194 +434,10 @@ fn the_sidecar_shares_one_socket(layout: &str, manifests: &Manifests, provider: 
         .into_iter()
         .find(|v| v.name == shared[0])
         .expect("the socket volume");
-    assert!(volume.empty_dir.is_some(), "{layout}: the socket lives in an emptyDir");
-}
-
-/// The Deployment of the pod without its provider container, as JSON.
-fn without_provider(manifests: &Manifests) -> Value {
-    let mut value = serde_json::to_value(manifests.deployment()).expect("serializes");
-    let containers = value["spec"]["template"]["spec"]["containers"]
-        .as_array_mut()
-        .expect("containers");
-    containers.retain(|c| c["name"] != PROVIDER);
-    value
-}
-
-/// `overlays/aws-grpc` is the base with `mcm provider aws serve` as the sidecar: the rest of the pod cannot drift
-/// apart. Its provider-side metrics port is declared and is not the controller's.
-#[test]
-fn the_aws_grpc_layout_differs_from_the_base_in_its_provider_container_only() {
-    let layouts = Manifests::layouts();
-    let find = |name: &str| &layouts.iter().find(|(n, _)| *n == name).expect("the layout").1;
-    let (base, aws) = (find("base"), find("aws-grpc"));
-    let mut lost = Vec::new();
-    losses(&without_provider(base), &without_provider(aws), "", &mut lost);
-    losses(&without_provider(aws), &without_provider(base), "", &mut lost);
     assert!(
-        lost.is_empty(),
-        "overlays/aws-grpc differs from the base outside the provider container:\n{}",
-        lost.join("\n")
+        volume.empty_dir.is_some(),
+        "{layout}: the socket lives in an emptyDir"
     );
-    let provider = aws.container(PROVIDER);
-    assert_eq!(serves_provider(&provider).as_deref(), Some("aws"));
-    let metrics: std::net::SocketAddr = flag_value(&provider, "--metrics-address")
-        .expect("the AWS sidecar serves its metrics")
-        .parse()
-        .expect("an address");
-    let ports = provider.ports.unwrap_or_default();
-    assert!(
-        ports
-            .iter()
-            .any(|p| p.container_port == i32::from(metrics.port()) && p.name.is_some()),
-        "the sidecar's metrics port {} is a named container port: {ports:?}",
-        metrics.port()
-    );
-    // Everything else the base renders is the same (the overlay changes the Deployment, and leaves out the CRDs).
-    let others = |m: &Manifests| -> Vec<Value> {
-        m.documents
-            .iter()
-            .filter(|d| !["Deployment", "CustomResourceDefinition"].contains(&d.kind()))
-            .map(|d| d.value.clone())
-            .collect()
-    };
-    assert!(
-        others(base) == others(aws),
-        "overlays/aws-grpc changes nothing but the Deployment"
-    );
-}
-
-/// `overlays/single` is one container running every controller and the AWS provider in-process.
-#[test]
-fn the_single_layout_is_one_process_with_the_aws_provider() {
-    let single = Manifests::render("overlays/single");
-    let containers = single.containers();
-    assert_eq!(containers.len(), 1, "one container");
-    let container = &containers[0];
-    assert!(runs_controllers(container));
-    assert_eq!(flag_value(container, "--provider").as_deref(), Some("aws"));
-    assert_eq!(flag_value(container, "--controllers"), None, "every controller");
-    assert_eq!(flag_value(container, "--provider-endpoint"), None);
-    let volumes: Vec<String> = pod(&single)
-        .volumes
-        .unwrap_or_default()
-        .into_iter()
-        .map(|v| v.name)
-        .collect();
-    assert_eq!(volumes, ["service-account"], "no socket volume left");
-}
-
-/// Gardener's seed layout: the two containers of the reference's pod, with Gardener's names, ports and arguments,
-/// the control cluster in-cluster and the target cluster's kubeconfig from a Secret.
-#[test]
-fn the_seed_layout_is_gardeners_two_containers_with_gardeners_arguments() {
-    let seed = Manifests::render(SEED);
-    let (namespace, _) = seed.service_account();
-    let names: Vec<String> = seed.containers().into_iter().map(|c| c.name).collect();
-    assert_eq!(
-        names,
-        ["machine-controller-manager", "machine-controller-manager-provider-aws"]
-    );
-    let volumes = pod(&seed).volumes.unwrap_or_default();
-    for (name, controllers, port, gardener) in [
-        ("machine-controller-manager", "machine-controller-manager", 10258, GARDENER_MCM_ARGS),
-        ("machine-controller-manager-provider-aws", "machine-controller", 10259, GARDENER_PROVIDER_ARGS),
-    ] {
-        let container = seed.container(name);
-        assert!(runs_controllers(&container), "{name} runs `mcm run`");
-        assert_eq!(
-            flag_value(&container, "--controllers").as_deref(),
-            Some(controllers),
-            "{name} plays the reference's {controllers}"
-        );
-        assert_eq!(flag_value(&container, "--provider").as_deref(), Some("aws"), "{name}");
-        let args = container.args.clone().unwrap_or_default();
-        for arg in gardener {
-            let arg = arg.replace("NAMESPACE", &namespace);
-            assert!(args.contains(&arg), "{name} has Gardener's {arg}: {args:?}");
-        }
-        assert!(
-            container
-                .ports
-                .iter()
-                .flatten()
-                .any(|p| p.container_port == port),
-            "{name} declares {port}"
-        );
-        assert!(
-            container.env.iter().flatten().all(|e| e.name != "NODE_NAME"),
-            "{name}: the pod runs in the seed, whose nodes are none of the target cluster's (--controller-node)"
-        );
-        assert_eq!(
-            flag_value(&container, "--control-kubeconfig").as_deref(),
-            Some("inClusterConfig")
-        );
-        let kubeconfig = flag_value(&container, "--target-kubeconfig").expect("--target-kubeconfig");
-        let path = Path::new(&kubeconfig);
-        let directory = path.parent().and_then(Path::to_str).expect("a directory");
-        let file = path.file_name().and_then(|f| f.to_str()).expect("a file name");
-        let volume_name = mount_at(&container, directory)
-            .unwrap_or_else(|| panic!("{name} mounts the target kubeconfig's directory {directory}"));
-        let secret = volumes
-            .iter()
-            .find(|v| v.name == volume_name)
-            .and_then(|v| v.secret.clone())
-            .unwrap_or_else(|| panic!("{name}: {directory} is a Secret volume"));
-        assert_eq!(secret.secret_name.as_deref(), Some("target-kubeconfig"));
-        assert!(
-            secret
-                .items
-                .iter()
-                .flatten()
-                .any(|item| item.key == "kubeconfig" && item.path == file),
-            "the Secret's key kubeconfig is the file {file}"
-        );
-    }
-}
-
-/// The seed layout keeps only the control cluster's rules in the seed (nothing outside the Deployment's namespace)
-/// and applies the target cluster's to the target cluster, bound to an identity there: together exactly the base's
-/// rules, which `deploy_rbac.rs` checks against a live run.
-#[test]
-fn the_seed_layout_splits_the_base_rules_between_the_control_and_the_target_cluster() {
-    let grants = |rbac: &Rbac| -> BTreeSet<String> { rbac.permissions().iter().map(deploy::Permission::grants).collect() };
-    let base = grants(&Manifests::load().rbac());
-    let seed = Manifests::render(SEED);
-    let (namespace, _) = seed.service_account();
-    let control = seed.rbac();
-    for grant in &control.grants {
-        assert_eq!(
-            grant.scope,
-            Scope::Namespace(namespace.clone()),
-            "the seed grants nothing outside {namespace}: {}",
-            grant.source
-        );
-    }
-    assert_eq!(
-        seed.of_kind("ClusterRole").count() + seed.of_kind("ClusterRoleBinding").count(),
-        0,
-        "no cluster-wide object of RBAC in the seed"
-    );
-    let target_manifests = Manifests::render(SEED_TARGET);
-    let target = Rbac::for_service_account(&target_manifests, "kube-system", "machine-controller-manager");
-    let mut split = grants(&control);
-    let on_target = grants(&target);
-    assert!(
-        split.is_disjoint(&on_target),
-        "no rule is granted in both clusters"
-    );
-    split.extend(on_target);
-    assert_eq!(split, base, "the seed's and the target cluster's rules are the base's");
-    // The token the target kubeconfig is built from belongs to that identity.
-    let token = target_manifests
-        .of_kind("Secret")
-        .next()
-        .expect("a token Secret");
-    assert_eq!(token.value["type"], "kubernetes.io/service-account-token");
-    assert_eq!(
-        token.value["metadata"]["annotations"]["kubernetes.io/service-account.name"],
-        "machine-controller-manager"
-    );
-    assert_eq!(token.namespace(), "kube-system");
 }
 
 #[test]
@@ -846,7 +566,10 @@ fn every_binding_names_the_service_account_the_deployment_runs_as() {
         // the watched namespace.
         let rbac = manifests.rbac();
         let watch_machines = Request::from_counter("watch", "machines.machine.sapcloud.io", &namespace, "");
-        assert!(rbac.allows(&watch_machines).is_some(), "{layout}: {watch_machines}");
+        assert!(
+            rbac.allows(&watch_machines).is_some(),
+            "{layout}: {watch_machines}"
+        );
     }
     let target = Manifests::render(SEED_TARGET);
     bindings_name_the_service_account(SEED_TARGET, &target, "kube-system", "machine-controller-manager");
@@ -905,7 +628,10 @@ fn bindings_name_the_service_account(layout: &str, manifests: &Manifests, namesp
         .chain(manifests.of_kind("ClusterRole"))
         .map(|r| (r.kind().to_owned(), r.namespace().to_owned(), r.name().to_owned()))
         .collect();
-    assert_eq!(bound, roles, "{layout}: every role is bound, every binding's role exists");
+    assert_eq!(
+        bound, roles,
+        "{layout}: every role is bound, every binding's role exists"
+    );
 }
 
 /// The Dockerfile's instructions (comments dropped, continuation lines joined).
@@ -934,7 +660,9 @@ fn the_dockerfile_builds_a_non_root_image_that_runs_with_a_read_only_root_filesy
     let dockerfile = std::fs::read_to_string(deploy_dir().join("Dockerfile")).expect("deploy/Dockerfile");
     let lines = instructions(&dockerfile);
     let has = |text: &str| lines.iter().any(|l| l.contains(text));
-    let froms: Vec<usize> = (0..lines.len()).filter(|i| lines[*i].starts_with("FROM ")).collect();
+    let froms: Vec<usize> = (0..lines.len())
+        .filter(|i| lines[*i].starts_with("FROM "))
+        .collect();
     assert_eq!(froms.len(), 2, "a builder and a runtime stage: {lines:?}");
     let (builder, runtime) = (&lines[froms[0]], &lines[froms[1]]);
     assert!(
@@ -965,14 +693,19 @@ fn the_dockerfile_builds_a_non_root_image_that_runs_with_a_read_only_root_filesy
             .iter()
             .find_map(|l| l.strip_prefix(&format!("{instruction} ")))
             .unwrap_or_else(|| panic!("an {instruction}"));
-        serde_json::from_str(line).unwrap_or_else(|err| panic!("{instruction} {line} is not the exec form: {err}"))
+        serde_json::from_str(line)
+            .unwrap_or_else(|err| panic!("{instruction} {line} is not the exec form: {err}"))
     };
     assert_eq!(exec_form("ENTRYPOINT"), ["/mcm"]);
     let default = Command::new(env!("CARGO_BIN_EXE_mcm"))
         .args(exec_form("CMD"))
         .output()
         .expect("mcm runs");
-    assert!(default.status.success(), "the image without arguments runs `mcm {:?}`", exec_form("CMD"));
+    assert!(
+        default.status.success(),
+        "the image without arguments runs `mcm {:?}`",
+        exec_form("CMD")
+    );
     // A numeric user (a non-root uid the kubelet can check without /etc/passwd), the one every pod runs as.
     let user = stage
         .iter()

@@ -10,7 +10,7 @@ use std::{
 
 use k8s_openapi::api::{
     apps::v1::Deployment,
-    core::v1::Container,
+    core::v1::{Container, PodSpec},
     rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
 };
 use serde_json::Value;
@@ -122,7 +122,8 @@ impl Manifests {
 
     /// The documents of one file under `deploy/` as they are written.
     pub fn file(name: &str) -> Self {
-        let text = std::fs::read_to_string(deploy_dir().join(name)).unwrap_or_else(|err| panic!("deploy/{name}: {err}"));
+        let text = std::fs::read_to_string(deploy_dir().join(name))
+            .unwrap_or_else(|err| panic!("deploy/{name}: {err}"));
         Self {
             documents: documents(&format!("deploy/{name}"), &text),
         }
@@ -492,4 +493,69 @@ impl fmt::Display for Permission {
         }
         write!(f, " [{}]", self.grant.source)
     }
+}
+
+/// Where `after` lost or changed what `before` has (fields `after` added are fine: defaults of the type).
+pub fn losses(before: &Value, after: &Value, path: &str, out: &mut Vec<String>) {
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => {
+            for (key, value) in b {
+                let path = format!("{path}.{key}");
+                match a.get(key) {
+                    Some(other) => losses(value, other, &path, out),
+                    None => out.push(format!("{path}: unknown field (dropped by the type)")),
+                }
+            }
+        }
+        (Value::Array(b), Value::Array(a)) if b.len() == a.len() => {
+            for (index, (value, other)) in b.iter().zip(a).enumerate() {
+                losses(value, other, &format!("{path}[{index}]"), out);
+            }
+        }
+        _ if before == after => {}
+        _ => out.push(format!("{path}: {before} became {after}")),
+    }
+}
+
+/// The words of a container's args before the first flag: `run`, or `provider <name> serve`.
+pub fn command(container: &Container) -> Vec<String> {
+    container
+        .args
+        .iter()
+        .flatten()
+        .take_while(|a| !a.starts_with('-'))
+        .cloned()
+        .collect()
+}
+
+/// Whether a container runs the controllers (`mcm run`).
+pub fn runs_controllers(container: &Container) -> bool {
+    command(container) == ["run"]
+}
+
+/// The provider a container serves (`mcm provider <name> serve`).
+pub fn serves_provider(container: &Container) -> Option<String> {
+    match command(container).as_slice() {
+        [provider, name, serve] if provider == "provider" && serve == "serve" => Some(name.clone()),
+        _ => None,
+    }
+}
+
+/// The pod spec of the Deployment.
+pub fn pod(manifests: &Manifests) -> PodSpec {
+    manifests
+        .deployment()
+        .spec
+        .and_then(|s| s.template.spec)
+        .expect("a pod template")
+}
+
+/// The name of the volume `container` mounts at `directory` (exactly).
+pub fn mount_at(container: &Container, directory: &str) -> Option<String> {
+    container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == directory)
+        .map(|m| m.name.clone())
 }
