@@ -5,15 +5,19 @@
 //! between the control cluster (the seed) and the target cluster (`overlays/seed-aws/target-cluster`). What every
 //! layout must satisfy (arguments the binary parses, probes, security, bindings) is checked in `deploy_manifests.rs`.
 
-use crate::support::deploy;
+use crate::support::{self, deploy};
 
-use std::{collections::BTreeSet, path::Path};
+use std::{collections::BTreeSet, path::Path, process::Command, time::Duration};
 
 use deploy::{
     Manifests, PROVIDER, Permission, Rbac, SEED_TARGET, Scope, flag_value, losses, mount_at, pod,
     runs_controllers, serves_provider,
 };
 use serde_json::Value;
+use support::{Background, Server, address_of, get, poll};
+
+/// How long a process of the seed layout may take to become ready and take its Lease.
+const READY_DEADLINE: Duration = Duration::from_mins(1);
 
 /// The seed layout's kustomization.
 const SEED: &str = "overlays/seed-aws";
@@ -248,4 +252,69 @@ fn the_seed_layout_splits_the_base_rules_between_the_control_and_the_target_clus
         "machine-controller-manager"
     );
     assert_eq!(token.namespace(), "kube-system");
+}
+
+/// Both containers of the seed layout run with their arguments against the embedded API server as the control and
+/// the target cluster (the kubeconfigs and the port replaced: a pod has them, a test has not): each answers its
+/// probes and takes the Lease of its role, so the two processes together are the reference's pod.
+#[test]
+fn the_seed_layouts_two_processes_run_with_their_arguments() {
+    let seed = Manifests::render(SEED);
+    let (namespace, _) = seed.service_account();
+    let server = Server::start("deploy-seed");
+    server.kubectl_ok(&["create", "namespace", &namespace]);
+    let replaced = ["--control-kubeconfig", "--target-kubeconfig", "--port"];
+    let kubeconfig = server.kubeconfig();
+    let processes: Vec<(String, Background)> = seed
+        .containers()
+        .into_iter()
+        .map(|container| {
+            let args: Vec<String> = container
+                .args
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|a| !replaced.contains(&a.split('=').next().unwrap_or_default()))
+                .collect();
+            let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
+            command
+                .args(&args)
+                .arg("--control-kubeconfig")
+                .arg(&kubeconfig)
+                .arg("--target-kubeconfig")
+                .arg(&kubeconfig)
+                .args(["--port", "0", "--address", "127.0.0.1"])
+                .env_remove("NODE_NAME");
+            let process = Background::spawn(command, container.name.clone());
+            (container.name, process)
+        })
+        .collect();
+    for (name, process) in &processes {
+        let address = address_of(process);
+        poll(&format!("{name}: /readyz 200"), READY_DEADLINE, || {
+            (get(address, "/readyz").0 == 200).then_some(())
+        });
+        assert_eq!(get(address, "/healthz").0, 200, "{name}");
+    }
+    for lease in ["machine-controller-manager", "machine-controller"] {
+        poll(&format!("the Lease {lease} held"), READY_DEADLINE, || {
+            let output = server.kubectl(&[
+                "-n",
+                &namespace,
+                "get",
+                "lease",
+                lease,
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ]);
+            (output.status.success() && !output.stdout.is_empty()).then_some(())
+        });
+    }
+    for (name, process) in processes {
+        let output = process.terminate(READY_DEADLINE);
+        assert!(
+            output.status.success(),
+            "{name} stops cleanly on SIGTERM: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
 }
