@@ -14,7 +14,7 @@
 //! back and compared with the original as JSON; a field the type does not know is missing afterwards and is
 //! reported with its path (a changed value too). This needs no extra dependency and catches a typo at any depth.
 
-use crate::support::deploy;
+use crate::support::{Background, COMMAND_DEADLINE, deploy};
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -219,12 +219,9 @@ fn help_flags(args: &[&str]) -> (BTreeSet<String>, String) {
 /// Parses `args` with the binary itself: `mcm <args> --help` makes clap parse every argument before `--help` (an
 /// unknown flag or a bad value fails with exit code 2, naming it) and then print the help instead of running.
 fn parse_with_binary(args: &[String]) -> Result<(), String> {
-    let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
-        .args(args)
-        .arg("--help")
-        .env_remove("NODE_NAME")
-        .output()
-        .expect("mcm runs");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
+    command.args(args).arg("--help").env_remove("NODE_NAME");
+    let output = Background::spawn(command, format!("mcm {}", args.join(" "))).finish(COMMAND_DEADLINE);
     if output.status.success() {
         Ok(())
     } else {

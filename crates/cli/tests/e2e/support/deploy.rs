@@ -103,12 +103,10 @@ impl Manifests {
 
     /// What `kubectl kustomize deploy/<dir>` renders (the real kubectl, whose kustomize `kubectl apply -k` runs).
     pub fn render(dir: &str) -> Self {
-        let path = deploy_dir().join(dir);
-        let output = std::process::Command::new("kubectl")
-            .arg("kustomize")
-            .arg(&path)
-            .output()
-            .expect("kubectl runs");
+        let mut command = std::process::Command::new("kubectl");
+        command.arg("kustomize").arg(deploy_dir().join(dir));
+        let output = super::Background::spawn(command, format!("kubectl kustomize deploy/{dir}"))
+            .finish(super::COMMAND_DEADLINE);
         assert!(
             output.status.success(),
             "kubectl kustomize deploy/{dir}:\n{}",
