@@ -1,22 +1,30 @@
-//! The manifests of `deploy/` are what the binary and Kubernetes accept: every document deserializes as its kind
-//! with the k8s-openapi types and loses no field on the way (a misspelt or misplaced field fails), the CRDs are
-//! exactly `mcm crds`, the Deployment's arguments are flags of the commands it runs, its probes are the binary's
-//! endpoints on its metrics port, the provider sidecar gets its `MC_` variables and shares one socket with the
-//! controller, and every binding names the service account the Deployment runs as. Each Deployment variant is
-//! checked so (`deploy/deployment.yaml` with the sim provider, `deploy/aws/deployment.yaml` with the AWS provider),
-//! and the variants differ in their provider container only. What the RBAC rules allow is
-//! checked against a live run in `deploy_rbac.rs`; the evaluator both use is checked here.
+//! The manifests of `deploy/` are what the binary and Kubernetes accept, in every layout it ships. Each layout is
+//! what the real `kubectl kustomize` renders from its kustomization (`kubectl apply -k` runs the same kustomize): the
+//! base (`deploy/`, one cluster), `overlays/single` (one process), `overlays/aws-grpc` (the AWS provider as a gRPC
+//! sidecar) and `overlays/seed-aws` (Gardener's seed layout, with `overlays/seed-aws/target-cluster` for the target
+//! cluster). Every document deserializes as its kind with the k8s-openapi types and loses no field on the way (a
+//! misspelt or misplaced field fails); the CRDs are exactly `mcm crds` and only the base installs them; every
+//! container's arguments are parsed by the binary itself; the probes are the binary's endpoints on its `--port`; a
+//! provider sidecar gets its `MC_` variables and shares one socket with its controller; every binding names the
+//! service account of its cluster; every container runs as the Dockerfile's non-root user with a read-only root
+//! filesystem, writing only to emptyDir volumes. What each overlay is for is checked in `deploy_layouts.rs`; what the
+//! RBAC rules allow, against a live run in `deploy_rbac.rs`; the evaluator both use is checked here.
 //!
 //! Unknown fields: the k8s-openapi types ignore them, so each document is deserialized into its type, serialized
 //! back and compared with the original as JSON; a field the type does not know is missing afterwards and is
 //! reported with its path (a changed value too). This needs no extra dependency and catches a typo at any depth.
 
-use crate::support::deploy;
+use crate::support::{Background, COMMAND_DEADLINE, deploy};
 
-use std::{collections::BTreeSet, process::Command};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::Path,
+    process::Command,
+};
 
 use deploy::{
-    CONTROLLER, Document, Manifests, PROVIDER, Request, Scope, deploy_dir, rule_allows, scope_allows,
+    Document, Manifests, Request, SEED_TARGET, Scope, deploy_dir, flag_value, losses, mount_at, pod,
+    rule_allows, runs_controllers, scope_allows, serves_provider,
 };
 use k8s_openapi::{
     api::{
@@ -29,6 +37,9 @@ use k8s_openapi::{
     apimachinery::pkg::util::intstr::IntOrString,
 };
 use serde_json::Value;
+
+/// Where the in-cluster configuration reads the service account token.
+const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 /// The document serialized back through its k8s-openapi type.
 fn round_trip(document: &Document) -> Value {
@@ -63,54 +74,41 @@ fn round_trip(document: &Document) -> Value {
     }
 }
 
-/// Where `after` lost or changed what `before` has (fields `after` added are fine: defaults of the type).
-fn losses(before: &Value, after: &Value, path: &str, out: &mut Vec<String>) {
-    match (before, after) {
-        (Value::Object(b), Value::Object(a)) => {
-            for (key, value) in b {
-                let path = format!("{path}.{key}");
-                match a.get(key) {
-                    Some(other) => losses(value, other, &path, out),
-                    None => out.push(format!("{path}: unknown field (dropped by the type)")),
-                }
-            }
-        }
-        (Value::Array(b), Value::Array(a)) if b.len() == a.len() => {
-            for (index, (value, other)) in b.iter().zip(a).enumerate() {
-                losses(value, other, &format!("{path}[{index}]"), out);
-            }
-        }
-        _ if before == after => {}
-        _ => out.push(format!("{path}: {before} became {after}")),
-    }
-}
-
 #[test]
 fn every_document_deserializes_as_its_kind_and_loses_no_field() {
-    let manifests = Manifests::load();
+    let mut rendered: Vec<(&str, Manifests)> = Manifests::layouts();
+    rendered.push((SEED_TARGET, Manifests::render(SEED_TARGET)));
+    rendered.push((
+        "validating-admission-policy.yaml",
+        Manifests::file("validating-admission-policy.yaml"),
+    ));
     let mut problems = Vec::new();
-    let variants = Manifests::variants();
-    let other_deployments = variants.iter().skip(1).flat_map(|(_, m)| m.of_kind("Deployment"));
-    for document in manifests.documents.iter().chain(other_deployments) {
-        let mut lost = Vec::new();
-        losses(&document.value, &round_trip(document), "", &mut lost);
-        for loss in lost {
-            problems.push(format!(
-                "{} {} {}: {loss}",
-                document.file,
-                document.kind(),
-                document.name()
-            ));
+    for (_, manifests) in &rendered {
+        for document in &manifests.documents {
+            let mut lost = Vec::new();
+            losses(&document.value, &round_trip(document), "", &mut lost);
+            for loss in lost {
+                problems.push(format!(
+                    "{} {} {}: {loss}",
+                    document.file,
+                    document.kind(),
+                    document.name()
+                ));
+            }
+            assert!(
+                !document.name().is_empty(),
+                "{}: a document without a name",
+                document.file
+            );
         }
-        assert!(
-            !document.name().is_empty(),
-            "{}: a document without a name",
-            document.file
-        );
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 
-    let kinds: BTreeSet<&str> = manifests.documents.iter().map(Document::kind).collect();
+    let kinds = |manifests: &Manifests| -> BTreeSet<String> {
+        manifests.documents.iter().map(|d| d.kind().to_owned()).collect()
+    };
+    let mut base = kinds(&rendered[0].1);
+    base.extend(kinds(&rendered[rendered.len() - 1].1));
     for kind in [
         "CustomResourceDefinition",
         "Namespace",
@@ -123,7 +121,7 @@ fn every_document_deserializes_as_its_kind_and_loses_no_field() {
         "ValidatingAdmissionPolicy",
         "ValidatingAdmissionPolicyBinding",
     ] {
-        assert!(kinds.contains(kind), "deploy/ has a {kind}: {kinds:?}");
+        assert!(base.contains(kind), "deploy/ has a {kind}: {base:?}");
     }
 }
 
@@ -168,6 +166,39 @@ fn crds_yaml_is_exactly_what_mcm_crds_prints() {
     );
 }
 
+/// `kubectl apply -k deploy/` installs the CRDs of `crds.yaml` as written; the overlays, which kustomize cannot let
+/// reach a file above their directory, leave them out (they are installed once per cluster).
+#[test]
+fn the_base_installs_crds_yaml_unchanged_and_the_overlays_leave_it_out() {
+    let by_name = |manifests: &Manifests| -> BTreeMap<String, Value> {
+        manifests
+            .of_kind("CustomResourceDefinition")
+            .map(|d| (d.name().to_owned(), d.value.clone()))
+            .collect()
+    };
+    let file = Manifests::file("crds.yaml");
+    let written = by_name(&file);
+    assert!(
+        !written.is_empty() && written.len() == file.documents.len(),
+        "crds.yaml holds CRDs only"
+    );
+    for (layout, manifests) in Manifests::layouts() {
+        let rendered = by_name(&manifests);
+        if layout == "base" {
+            assert!(
+                rendered == written,
+                "kubectl kustomize deploy/ renders the CRDs of crds.yaml unchanged"
+            );
+        } else {
+            assert!(
+                rendered.is_empty(),
+                "{layout}: the CRDs are the base's: {:?}",
+                rendered.keys()
+            );
+        }
+    }
+}
+
 /// The `--flags` a command's `--help` lists.
 fn help_flags(args: &[&str]) -> (BTreeSet<String>, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
@@ -185,124 +216,173 @@ fn help_flags(args: &[&str]) -> (BTreeSet<String>, String) {
     (flags, help)
 }
 
-/// The subcommand words of a container's args (up to the first flag) and its flags (`--name` of `--name=value`).
-fn command_and_flags(container: &Container) -> (Vec<String>, Vec<String>) {
-    let args = container.args.clone().unwrap_or_default();
-    assert!(
-        container.command.is_none(),
-        "{}: the image's ENTRYPOINT /mcm runs",
-        container.name
-    );
-    let command: Vec<String> = args.iter().take_while(|a| !a.starts_with('-')).cloned().collect();
-    let flags = args
-        .iter()
-        .filter(|a| a.starts_with("--"))
-        .map(|a| a.split('=').next().unwrap_or_default().to_owned())
-        .collect();
-    (command, flags)
+/// Parses `args` with the binary itself: `mcm <args> --help` makes clap parse every argument before `--help` (an
+/// unknown flag or a bad value fails with exit code 2, naming it) and then print the help instead of running.
+fn parse_with_binary(args: &[String]) -> Result<(), String> {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_mcm"));
+    command.args(args).arg("--help").env_remove("NODE_NAME");
+    let output = Background::spawn(command, format!("mcm {}", args.join(" "))).finish(COMMAND_DEADLINE);
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&output.stderr).into_owned())
+    }
 }
 
 #[test]
-fn the_deployment_args_are_flags_of_the_commands_it_runs() {
-    for (provider, manifests) in Manifests::variants() {
-        the_args_are_flags_of_the_commands_run(provider, &manifests);
+fn the_binary_parses_the_arguments_of_every_container() {
+    let words = |list: &[&str]| list.iter().map(|w| (*w).to_owned()).collect::<Vec<_>>();
+    // The check refuses what the binary refuses.
+    let unknown = parse_with_binary(&words(&["run", "--no-such-flag"])).expect_err("an unknown flag");
+    assert!(unknown.contains("--no-such-flag"), "{unknown}");
+    let value =
+        parse_with_binary(&words(&["run", "--machine-drain-timeout=2 hours"])).expect_err("a bad value");
+    assert!(value.contains("--machine-drain-timeout"), "{value}");
+    assert!(parse_with_binary(&words(&["provider", "aws", "serve", "--port=10259"])).is_err());
+
+    for (layout, manifests) in Manifests::layouts() {
+        let (namespace, _) = manifests.service_account();
+        for container in manifests.containers() {
+            let name = &container.name;
+            assert!(
+                container.command.is_none(),
+                "{layout} {name}: the image's ENTRYPOINT /mcm runs"
+            );
+            let args = container.args.clone().unwrap_or_default();
+            if let Err(err) = parse_with_binary(&args) {
+                panic!("{layout} {name}: `mcm {}` is refused:\n{err}", args.join(" "));
+            }
+            if runs_controllers(&container) {
+                assert!(
+                    flag_value(&container, "--provider").is_some()
+                        || flag_value(&container, "--provider-endpoint").is_some(),
+                    "{layout} {name}: `mcm run` names its provider"
+                );
+                // The watched namespace is the Deployment's own, where the Role grants the machine kinds.
+                assert_eq!(
+                    flag_value(&container, "--namespace").as_ref(),
+                    Some(&namespace),
+                    "{layout} {name}"
+                );
+            } else {
+                assert!(
+                    serves_provider(&container).is_some(),
+                    "{layout} {name}: runs `mcm run` or `mcm provider <name> serve`, not `mcm {}`",
+                    args.join(" ")
+                );
+            }
+        }
     }
 }
 
-fn the_args_are_flags_of_the_commands_run(provider: &str, manifests: &Manifests) {
-    for (name, expected) in [
-        (CONTROLLER, &["run"][..]),
-        (PROVIDER, &["provider", provider, "serve"][..]),
-    ] {
-        let container = manifests.container(name);
-        let (command, flags) = command_and_flags(&container);
-        assert_eq!(command, expected, "{name} runs `mcm {}`", expected.join(" "));
-        let words: Vec<&str> = command.iter().map(String::as_str).collect();
-        let (known, _) = help_flags(&words);
-        let unknown: Vec<&String> = flags.iter().filter(|f| !known.contains(*f)).collect();
-        assert!(
-            unknown.is_empty(),
-            "{name}: not flags of `mcm {}`: {unknown:?}",
-            words.join(" ")
-        );
-    }
-    // The watched namespace is the Deployment's own, where rbac.yaml grants the machine kinds.
-    let (namespace, _) = manifests.service_account();
-    assert_eq!(manifests.arg(CONTROLLER, "--namespace"), Some(namespace));
+/// The path and the port number an HTTP probe of `container` calls.
+fn probe_target(container: &Container, probe: Option<&Probe>, what: &str) -> (String, i32) {
+    let get = probe
+        .and_then(|p| p.http_get.clone())
+        .unwrap_or_else(|| panic!("{} has an HTTP {what} probe", container.name));
+    let number = match &get.port {
+        IntOrString::Int(n) => *n,
+        IntOrString::String(name) => {
+            container
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| p.name.as_deref() == Some(name.as_str()))
+                .unwrap_or_else(|| {
+                    panic!(
+                        "{}: the {what} probe's port {name} is a container port",
+                        container.name
+                    )
+                })
+                .container_port
+        }
+    };
+    (get.path.unwrap_or_default(), number)
 }
 
 #[test]
 fn the_probes_are_the_binary_endpoints_on_its_metrics_port() {
-    for (_, manifests) in Manifests::variants() {
-        the_probes_are_on_the_metrics_port(&manifests);
-    }
-}
-
-fn the_probes_are_on_the_metrics_port(manifests: &Manifests) {
-    let controller = manifests.container(CONTROLLER);
-    let port: i32 = manifests
-        .arg(CONTROLLER, "--port")
-        .expect("the controller's --port is explicit")
-        .parse()
-        .expect("a port number");
     let (_, help) = help_flags(&["run"]);
     let port_help = help
         .split("--port <PORT>")
         .nth(1)
         .and_then(|rest| rest.split("\n      --").next())
         .expect("the help of --port");
-    for path in ["/healthz", "/readyz"] {
+    for path in ["/healthz", "/readyz", "/metrics"] {
         assert!(port_help.contains(path), "--port serves {path}: {port_help}");
     }
-    assert!(
-        port_help.contains(&port.to_string()),
-        "{port} is the reference's port: {port_help}"
-    );
-    let ports = controller.ports.clone().unwrap_or_default();
-    let resolve = |probe: &Option<Probe>, what: &str| -> (String, i32) {
-        let get = probe
-            .as_ref()
-            .and_then(|p| p.http_get.clone())
-            .unwrap_or_else(|| panic!("the controller has an HTTP {what} probe"));
-        let number = match &get.port {
-            IntOrString::Int(n) => *n,
-            IntOrString::String(name) => {
-                ports
+    for (layout, manifests) in Manifests::layouts() {
+        let containers = manifests.containers();
+        let mut ports = BTreeSet::new();
+        for port in containers.iter().flat_map(|c| c.ports.iter().flatten()) {
+            assert!(
+                ports.insert(port.container_port),
+                "{layout}: port {} is declared twice in the pod",
+                port.container_port
+            );
+        }
+        for container in containers.iter().filter(|c| runs_controllers(c)) {
+            let port: i32 = flag_value(container, "--port")
+                .unwrap_or_else(|| panic!("{layout} {}: --port is explicit", container.name))
+                .parse()
+                .expect("a port number");
+            assert!(
+                port_help.contains(&port.to_string()),
+                "{port} is a port of the reference: {port_help}"
+            );
+            assert_eq!(
+                probe_target(container, container.liveness_probe.as_ref(), "liveness"),
+                ("/healthz".into(), port),
+                "{layout} {}",
+                container.name
+            );
+            assert_eq!(
+                probe_target(container, container.readiness_probe.as_ref(), "readiness"),
+                ("/readyz".into(), port),
+                "{layout} {}",
+                container.name
+            );
+            assert!(
+                container
+                    .ports
                     .iter()
-                    .find(|p| p.name.as_deref() == Some(name.as_str()))
-                    .unwrap_or_else(|| panic!("the {what} probe's port {name} is a container port"))
-                    .container_port
-            }
-        };
-        (get.path.unwrap_or_default(), number)
-    };
-    assert_eq!(
-        resolve(&controller.liveness_probe, "liveness"),
-        ("/healthz".into(), port)
-    );
-    assert_eq!(
-        resolve(&controller.readiness_probe, "readiness"),
-        ("/readyz".into(), port)
-    );
-    assert!(
-        ports
-            .iter()
-            .any(|p| p.container_port == port && p.name.as_deref() == Some("metrics")),
-        "the metrics port {port} is declared: {ports:?}"
-    );
-}
-
-/// The provider's MC_ENDPOINT is the controller's --provider-endpoint, on a volume both mount at the socket's
-/// directory, and its MC_ variables are the specification's and valid.
-#[test]
-fn the_sidecar_shares_one_socket_and_gets_the_required_variables() {
-    for (_, manifests) in Manifests::variants() {
-        the_sidecar_shares_one_socket(&manifests);
+                    .flatten()
+                    .any(|p| p.container_port == port && p.name.is_some()),
+                "{layout} {}: --port {port} is a named container port",
+                container.name
+            );
+        }
     }
 }
 
-fn the_sidecar_shares_one_socket(manifests: &Manifests) {
-    let provider = manifests.container(PROVIDER);
+/// A provider sidecar's `MC_` variables are the specification's and valid, its `MC_ENDPOINT` is the
+/// `--provider-endpoint` of a controller container, and both mount the socket's directory from one `emptyDir`.
+#[test]
+fn the_sidecar_shares_one_socket_and_gets_the_required_variables() {
+    let mut sidecars = 0;
+    for (layout, manifests) in Manifests::layouts() {
+        let containers = manifests.containers();
+        for provider in containers.iter().filter(|c| serves_provider(c).is_some()) {
+            sidecars += 1;
+            the_sidecar_shares_one_socket(layout, &manifests, provider);
+        }
+        // Every controller that calls a provider over a unix socket has it in the pod.
+        for controller in containers.iter().filter(|c| runs_controllers(c)) {
+            if let Some(endpoint) = flag_value(controller, "--provider-endpoint") {
+                assert!(
+                    containers.iter().any(|c| serves_provider(c).is_some()
+                        && c.env.iter().flatten().any(
+                            |e| e.name == "MC_ENDPOINT" && e.value.as_deref() == Some(endpoint.as_str())
+                        )),
+                    "{layout}: a sidecar serves {endpoint}"
+                );
+            }
+        }
+    }
+    assert!(sidecars >= 2, "the base and aws-grpc have a provider sidecar");
+}
+
+fn the_sidecar_shares_one_socket(layout: &str, manifests: &Manifests, provider: &Container) {
     let env: Vec<(String, String)> = provider
         .env
         .clone()
@@ -319,122 +399,68 @@ fn the_sidecar_shares_one_socket(manifests: &Manifests) {
     for (name, _) in &env {
         assert!(
             name.starts_with("MC_") || name.starts_with("AWS_ENDPOINT_URL"),
-            "{name}: the sidecar gets its MC_ variables and at most an AWS endpoint"
+            "{layout} {name}: the sidecar gets its MC_ variables and at most an AWS endpoint"
         );
     }
     for (name, _) in env.iter().filter(|(name, _)| name.starts_with("MC_")) {
         assert!(
             known.contains(&name.as_str()),
-            "{name} is not a variable of the specification: {known:?}"
+            "{layout} {name} is not a variable of the specification: {known:?}"
         );
     }
     let lookup = |name: &str| env.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
     let parsed = mcm_grpc::ProviderEnv::from_lookup(lookup).expect("the provider's MC_ variables are valid");
     let endpoint = lookup("MC_ENDPOINT").expect("MC_ENDPOINT");
-    assert_eq!(
-        manifests.arg(CONTROLLER, "--provider-endpoint"),
-        Some(endpoint.clone())
-    );
+    let controller = manifests
+        .containers()
+        .into_iter()
+        .find(|c| runs_controllers(c) && flag_value(c, "--provider-endpoint").as_ref() == Some(&endpoint))
+        .unwrap_or_else(|| panic!("{layout}: a controller container calls {endpoint}"));
     let mcm_grpc::Endpoint::Unix(socket) = parsed.endpoint else {
-        panic!("a unix socket in the pod, not {endpoint}")
+        panic!("{layout}: a unix socket in the pod, not {endpoint}")
     };
     let directory = socket.parent().expect("a directory").to_str().expect("UTF-8");
-    let volumes = manifests
-        .deployment()
-        .spec
-        .and_then(|s| s.template.spec)
-        .and_then(|s| s.volumes)
-        .unwrap_or_default();
-    let mut shared = Vec::new();
-    for container in [manifests.container(CONTROLLER), provider] {
-        let mount = container
-            .volume_mounts
-            .unwrap_or_default()
-            .into_iter()
-            .find(|m| m.mount_path == directory)
-            .unwrap_or_else(|| panic!("{} mounts {directory}", container.name));
-        shared.push(mount.name);
-    }
-    assert_eq!(shared[0], shared[1], "one volume for the socket");
-    let volume = volumes
+    let shared: Vec<String> = [&controller, provider]
         .iter()
+        .map(|c| mount_at(c, directory).unwrap_or_else(|| panic!("{layout} {} mounts {directory}", c.name)))
+        .collect();
+    assert_eq!(shared[0], shared[1], "{layout}: one volume for the socket");
+    let volume = pod(manifests)
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
         .find(|v| v.name == shared[0])
         .expect("the socket volume");
-    assert!(volume.empty_dir.is_some(), "the socket lives in an emptyDir");
-}
-
-/// The Deployment of the pod without its provider container, as JSON.
-fn without_provider(manifests: &Manifests) -> Value {
-    let mut value = serde_json::to_value(manifests.deployment()).expect("serializes");
-    let containers = value["spec"]["template"]["spec"]["containers"]
-        .as_array_mut()
-        .expect("containers");
-    containers.retain(|c| c["name"] != PROVIDER);
-    value
-}
-
-/// `deploy/aws/deployment.yaml` is `deploy/deployment.yaml` with `mcm provider aws serve` as the sidecar: the rest
-/// of the pod cannot drift apart. Its provider-side metrics port is declared and is not the controller's.
-#[test]
-fn the_aws_deployment_differs_in_its_provider_container_only() {
-    let variants = Manifests::variants();
-    let (_, sim) = &variants[0];
-    let (provider, aws) = variants
-        .iter()
-        .find(|(provider, _)| *provider == "aws")
-        .expect("an AWS variant");
-    let mut lost = Vec::new();
-    losses(&without_provider(sim), &without_provider(aws), "", &mut lost);
-    losses(&without_provider(aws), &without_provider(sim), "", &mut lost);
     assert!(
-        lost.is_empty(),
-        "deploy/aws/deployment.yaml differs from deploy/deployment.yaml outside the {provider} provider container:\n{}",
-        lost.join("\n")
-    );
-    let metrics: std::net::SocketAddr = aws
-        .arg(PROVIDER, "--metrics-address")
-        .expect("the AWS sidecar serves its metrics")
-        .parse()
-        .expect("an address");
-    let ports = aws.container(PROVIDER).ports.unwrap_or_default();
-    assert!(
-        ports
-            .iter()
-            .any(|p| p.container_port == i32::from(metrics.port()) && p.name.is_some()),
-        "the sidecar's metrics port {} is a named container port: {ports:?}",
-        metrics.port()
-    );
-    assert_ne!(
-        aws.arg(CONTROLLER, "--port"),
-        Some(metrics.port().to_string()),
-        "one port per process of the pod"
+        volume.empty_dir.is_some(),
+        "{layout}: the socket lives in an emptyDir"
     );
 }
 
 #[test]
-fn the_containers_run_as_non_root_read_only_and_only_the_controller_holds_credentials() {
-    for (_, manifests) in Manifests::variants() {
-        only_the_controller_holds_credentials(&manifests);
+fn the_containers_run_as_non_root_read_only_and_only_the_controllers_hold_credentials() {
+    for (layout, manifests) in Manifests::layouts() {
+        only_the_controllers_hold_credentials(layout, &manifests);
     }
 }
 
-fn only_the_controller_holds_credentials(manifests: &Manifests) {
-    let pod = manifests
-        .deployment()
-        .spec
-        .and_then(|s| s.template.spec)
-        .expect("a pod template");
+/// Whether `path` is `directory` or lies below it.
+fn is_below(path: &str, directory: &str) -> bool {
+    Path::new(path).starts_with(directory)
+}
+
+fn only_the_controllers_hold_credentials(layout: &str, manifests: &Manifests) {
+    let pod = pod(manifests);
     assert_eq!(
         pod.automount_service_account_token,
         Some(false),
-        "no token unless mounted explicitly"
+        "{layout}: no token unless mounted explicitly"
     );
     let pod_security = pod.security_context.clone().expect("a pod securityContext");
-    assert_eq!(pod_security.run_as_non_root, Some(true));
-    let token_volumes: Vec<&str> = pod
-        .volumes
+    assert_eq!(pod_security.run_as_non_root, Some(true), "{layout}");
+    let volumes = pod.volumes.clone().unwrap_or_default();
+    let token_volumes: Vec<&str> = volumes
         .iter()
-        .flatten()
         .filter(|v| {
             v.projected.as_ref().is_some_and(|p| {
                 p.sources
@@ -445,72 +471,120 @@ fn only_the_controller_holds_credentials(manifests: &Manifests) {
         })
         .map(|v| v.name.as_str())
         .collect();
-    assert_eq!(token_volumes.len(), 1, "one projected token volume");
+    assert_eq!(token_volumes.len(), 1, "{layout}: one projected token volume");
+    let empty_dirs: Vec<&str> = volumes
+        .iter()
+        .filter(|v| v.empty_dir.is_some())
+        .map(|v| v.name.as_str())
+        .collect();
     for container in &pod.containers {
+        let name = format!("{layout} {}", container.name);
         let security = container
             .security_context
             .as_ref()
-            .unwrap_or_else(|| panic!("{} has a securityContext", container.name));
-        assert_eq!(
-            security.read_only_root_filesystem,
-            Some(true),
-            "{}",
-            container.name
-        );
-        assert_eq!(
-            security.allow_privilege_escalation,
-            Some(false),
-            "{}",
-            container.name
-        );
+            .unwrap_or_else(|| panic!("{name} has a securityContext"));
+        assert_eq!(security.read_only_root_filesystem, Some(true), "{name}");
+        assert_eq!(security.allow_privilege_escalation, Some(false), "{name}");
         assert!(
             security
                 .capabilities
                 .as_ref()
                 .and_then(|c| c.drop.as_ref())
                 .is_some_and(|d| d.iter().any(|c| c == "ALL")),
-            "{} drops every capability",
-            container.name
+            "{name} drops every capability"
         );
         let resources = container.resources.as_ref().and_then(|r| r.requests.as_ref());
         assert!(
             resources.is_some_and(|r| r.contains_key("cpu") && r.contains_key("memory")),
-            "{} requests cpu and memory",
-            container.name
+            "{name} requests cpu and memory"
         );
-        let token = container
-            .volume_mounts
+        let mounts = container.volume_mounts.clone().unwrap_or_default();
+        // What a container may write is a scratch volume; everything else it mounts is read-only.
+        let writable: Vec<&str> = mounts
             .iter()
-            .flatten()
-            .find(|m| token_volumes.contains(&m.name.as_str()));
-        if container.name == CONTROLLER {
-            let token = token.expect("the controller mounts the service account token");
+            .filter(|m| m.read_only != Some(true))
+            .map(|m| {
+                assert!(
+                    empty_dirs.contains(&m.name.as_str()),
+                    "{name}: {} is writable but not an emptyDir",
+                    m.mount_path
+                );
+                m.mount_path.as_str()
+            })
+            .collect();
+        // The one path a process creates, a provider's unix socket, lies in such a volume.
+        let sockets = ["--provider-endpoint", "--endpoint"]
+            .iter()
+            .filter_map(|flag| flag_value(container, flag))
+            .chain(
+                container
+                    .env
+                    .iter()
+                    .flatten()
+                    .filter(|e| e.name == "MC_ENDPOINT")
+                    .filter_map(|e| e.value.clone()),
+            );
+        for endpoint in sockets {
+            if let Some(path) = endpoint.strip_prefix("unix://") {
+                assert!(
+                    writable.iter().any(|dir| is_below(path, dir)),
+                    "{name}: the socket {path} lies in a writable emptyDir ({writable:?})"
+                );
+            }
+        }
+        // The kubeconfigs it reads are mounted.
+        for flag in ["--control-kubeconfig", "--target-kubeconfig"] {
+            if let Some(path) = flag_value(container, flag).filter(|p| p.starts_with('/')) {
+                assert!(
+                    mounts.iter().any(|m| is_below(&path, &m.mount_path)),
+                    "{name}: {flag}={path} is in a volume"
+                );
+            }
+        }
+        let token = mounts.iter().find(|m| token_volumes.contains(&m.name.as_str()));
+        if runs_controllers(container) {
+            let token = token.unwrap_or_else(|| panic!("{name} mounts the service account token"));
             assert_eq!(
-                token.mount_path, "/var/run/secrets/kubernetes.io/serviceaccount",
-                "where the in-cluster configuration reads it"
+                token.mount_path, TOKEN_PATH,
+                "{name}: where the in-cluster configuration reads it"
             );
         } else {
-            assert!(token.is_none(), "{} gets no credentials", container.name);
+            assert!(token.is_none(), "{name} gets no credentials");
         }
     }
 }
 
 #[test]
 fn every_binding_names_the_service_account_the_deployment_runs_as() {
-    let manifests = Manifests::load();
-    let (namespace, name) = manifests.service_account();
+    for (layout, manifests) in Manifests::layouts() {
+        let (namespace, name) = manifests.service_account();
+        bindings_name_the_service_account(layout, &manifests, &namespace, &name);
+        // The rules resolve (Rbac panics on a binding to a role not rendered) and the machine kinds are granted in
+        // the watched namespace.
+        let rbac = manifests.rbac();
+        let watch_machines = Request::from_counter("watch", "machines.machine.sapcloud.io", &namespace, "");
+        assert!(
+            rbac.allows(&watch_machines).is_some(),
+            "{layout}: {watch_machines}"
+        );
+    }
+    let target = Manifests::render(SEED_TARGET);
+    bindings_name_the_service_account(SEED_TARGET, &target, "kube-system", "machine-controller-manager");
+}
+
+fn bindings_name_the_service_account(layout: &str, manifests: &Manifests, namespace: &str, name: &str) {
     assert!(
         manifests
             .of_kind("ServiceAccount")
             .any(|sa| sa.name() == name && sa.namespace() == namespace),
-        "deploy/ creates the service account {namespace}/{name}"
+        "{layout} creates the service account {namespace}/{name}"
     );
     let namespaces: BTreeSet<&str> = manifests.of_kind("Namespace").map(Document::name).collect();
     for document in &manifests.documents {
         let ns = document.namespace();
         assert!(
             ns.is_empty() || ns == "kube-system" || namespaces.contains(ns),
-            "{} {}: namespace {ns} is created in deploy/",
+            "{layout} {} {}: namespace {ns} is created",
             document.kind(),
             document.name()
         );
@@ -521,7 +595,7 @@ fn every_binding_names_the_service_account_the_deployment_runs_as() {
         .chain(manifests.of_kind("ClusterRoleBinding"))
     {
         let subjects = document.value["subjects"].as_array().cloned().unwrap_or_default();
-        assert_eq!(subjects.len(), 1, "{}: one subject", document.name());
+        assert_eq!(subjects.len(), 1, "{layout} {}: one subject", document.name());
         assert_eq!(
             (
                 &subjects[0]["kind"],
@@ -530,10 +604,10 @@ fn every_binding_names_the_service_account_the_deployment_runs_as() {
             ),
             (
                 &Value::from("ServiceAccount"),
-                &Value::from(name.as_str()),
-                &Value::from(namespace.as_str())
+                &Value::from(name),
+                &Value::from(namespace)
             ),
-            "{} {} binds the Deployment's service account",
+            "{layout} {} {} binds the service account",
             document.kind(),
             document.name()
         );
@@ -551,58 +625,115 @@ fn every_binding_names_the_service_account_the_deployment_runs_as() {
         .chain(manifests.of_kind("ClusterRole"))
         .map(|r| (r.kind().to_owned(), r.namespace().to_owned(), r.name().to_owned()))
         .collect();
-    assert_eq!(bound, roles, "every role is bound, every binding's role exists");
-    // The rules resolve (Rbac panics on a binding to a role not in deploy/) and the machine kinds are granted in
-    // the watched namespace.
-    let rbac = manifests.rbac();
-    let watch_machines = Request::from_counter("watch", "machines.machine.sapcloud.io", &namespace, "");
-    assert!(rbac.allows(&watch_machines).is_some(), "{watch_machines}");
+    assert_eq!(
+        bound, roles,
+        "{layout}: every role is bound, every binding's role exists"
+    );
+}
+
+/// The Dockerfile's instructions (comments dropped, continuation lines joined).
+fn instructions(dockerfile: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut continued = false;
+    for line in dockerfile.lines().map(str::trim) {
+        if line.starts_with('#') || line.is_empty() {
+            continue;
+        }
+        let text = line.trim_end_matches('\\').trim().to_owned();
+        match out.last_mut() {
+            Some(last) if continued => {
+                last.push(' ');
+                last.push_str(&text);
+            }
+            _ => out.push(text),
+        }
+        continued = line.ends_with('\\');
+    }
+    out
 }
 
 #[test]
-fn the_dockerfile_builds_the_mcm_binary_into_a_non_root_image() {
+fn the_dockerfile_builds_a_non_root_image_that_runs_with_a_read_only_root_filesystem() {
     let dockerfile = std::fs::read_to_string(deploy_dir().join("Dockerfile")).expect("deploy/Dockerfile");
-    let lines: Vec<&str> = dockerfile
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.starts_with('#'))
-        .collect();
+    let lines = instructions(&dockerfile);
     let has = |text: &str| lines.iter().any(|l| l.contains(text));
-    let froms: Vec<&&str> = lines.iter().filter(|l| l.starts_with("FROM ")).collect();
-    assert_eq!(froms.len(), 2, "a builder and a runtime stage: {froms:?}");
+    let froms: Vec<usize> = (0..lines.len())
+        .filter(|i| lines[*i].starts_with("FROM "))
+        .collect();
+    assert_eq!(froms.len(), 2, "a builder and a runtime stage: {lines:?}");
+    let (builder, runtime) = (&lines[froms[0]], &lines[froms[1]]);
     assert!(
-        froms[0].starts_with("FROM rust:1") && froms[0].ends_with(" AS builder"),
-        "{}",
-        froms[0]
+        builder.starts_with("FROM rust:1") && builder.ends_with(" AS builder"),
+        "{builder}"
     );
-    assert_eq!(*froms[1], "FROM gcr.io/distroless/cc-debian12:nonroot");
+    // Distroless: no shell, no package manager; its `nonroot` variant.
+    assert_eq!(runtime, "FROM gcr.io/distroless/cc-debian12:nonroot");
     assert!(has("cargo build --release -p mcm --locked"));
     assert!(has("cp target/release/mcm /mcm") && has("COPY --from=builder /mcm /mcm"));
-    assert!(has("ENTRYPOINT [\"/mcm\"]"));
     let manifest =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")).expect("Cargo.toml");
     assert!(
         manifest.contains("[[bin]]\nname = \"mcm\""),
         "the package's binary is mcm"
     );
-    // The image's user is the one the Deployment runs as.
-    let user = lines
+    // The runtime stage runs nothing at build time and needs no shell at run time: exec-form ENTRYPOINT and CMD.
+    let stage = &lines[froms[1] + 1..];
+    for line in stage {
+        let instruction = line.split_whitespace().next().unwrap_or_default();
+        assert!(
+            ["COPY", "USER", "EXPOSE", "ENTRYPOINT", "CMD", "ENV", "LABEL"].contains(&instruction),
+            "the runtime stage has no {instruction}: {line}"
+        );
+    }
+    let exec_form = |instruction: &str| -> Vec<String> {
+        let line = stage
+            .iter()
+            .find_map(|l| l.strip_prefix(&format!("{instruction} ")))
+            .unwrap_or_else(|| panic!("an {instruction}"));
+        serde_json::from_str(line)
+            .unwrap_or_else(|err| panic!("{instruction} {line} is not the exec form: {err}"))
+    };
+    assert_eq!(exec_form("ENTRYPOINT"), ["/mcm"]);
+    let default = Command::new(env!("CARGO_BIN_EXE_mcm"))
+        .args(exec_form("CMD"))
+        .output()
+        .expect("mcm runs");
+    assert!(
+        default.status.success(),
+        "the image without arguments runs `mcm {:?}`",
+        exec_form("CMD")
+    );
+    // A numeric user (a non-root uid the kubelet can check without /etc/passwd), the one every pod runs as.
+    let user = stage
         .iter()
         .find_map(|l| l.strip_prefix("USER "))
         .expect("a USER");
-    for (provider, manifests) in Manifests::variants() {
-        let run_as = manifests
-            .deployment()
-            .spec
-            .and_then(|s| s.template.spec)
-            .and_then(|s| s.security_context)
-            .and_then(|s| s.run_as_user)
-            .expect("runAsUser");
-        assert_eq!(
-            user.split(':').next(),
-            Some(run_as.to_string().as_str()),
-            "the {provider} Deployment"
-        );
+    let (uid, gid) = user.split_once(':').expect("USER uid:gid");
+    let (uid, gid): (i64, i64) = (
+        uid.parse().expect("a numeric uid"),
+        gid.parse().expect("a numeric gid"),
+    );
+    assert_ne!(uid, 0, "not root");
+    let exposed: BTreeSet<i32> = stage
+        .iter()
+        .filter_map(|l| l.strip_prefix("EXPOSE "))
+        .flat_map(str::split_whitespace)
+        .map(|p| p.parse().expect("a port"))
+        .collect();
+    for (layout, manifests) in Manifests::layouts() {
+        let security = pod(&manifests).security_context.expect("a pod securityContext");
+        assert_eq!(security.run_as_user, Some(uid), "{layout}");
+        assert_eq!(security.run_as_group, Some(gid), "{layout}");
+        for container in manifests.containers().iter().filter(|c| runs_controllers(c)) {
+            let port: i32 = flag_value(container, "--port")
+                .and_then(|p| p.parse().ok())
+                .expect("--port");
+            assert!(
+                exposed.contains(&port),
+                "{layout} {}: the image exposes {port}: {exposed:?}",
+                container.name
+            );
+        }
     }
 }
 

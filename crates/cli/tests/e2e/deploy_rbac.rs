@@ -1,19 +1,23 @@
-//! The RBAC of `deploy/rbac.yaml` is exactly what `mcm run` needs. The embedded API server (`mcm apiserver
-//! --token-auth-file`) authenticates the controllers as the Deployment's service account
-//! (`system:serviceaccount:<namespace>:<name>`, in `system:masters` so that nothing is refused while the requests
-//! are recorded); the provider runs out of process as the Deployment runs it, with its own identity (its simulated
-//! kubelets write nodes, pods and volume attachments, which are not the controller's requests); the controllers run
-//! with the Deployment's arguments. The test drives a whole lifecycle through kubectl as the admin: a
-//! MachineDeployment scales up to Running and rolls to another class (with a virtual capacity, and no revision
-//! history: the old set is deleted), the unfreeze annotation is acted on, a machine whose node runs two pods (one
-//! with a volume) is deleted and drained, a machine of an old provider-specific class kind is migrated, the
-//! deployment scales down, a machine is force-deleted while the provider is away (its node's volume attachment is
-//! deleted), and everything is deleted. Then the requests the API server counted for the service account are
-//! evaluated against the rules of `deploy/rbac.yaml` as RBAC evaluates them (API groups, resources and
-//! subresources, verbs, resourceNames, a Role's namespace against cluster-wide grants): the test fails listing every
-//! request no rule allows ("missing") and every (API group, resource, verb) a rule grants that no request used
-//! ("unused"), except the few listed in [`NOT_EXERCISED`] with the code path that needs them. The table of every
-//! rule with its request count is printed (`--nocapture`).
+//! The RBAC of `deploy/` is exactly what `mcm run` needs, and it splits between the control and the target cluster
+//! as the seed layout splits it. The embedded API server (`mcm apiserver --token-auth-file`) authenticates the
+//! controllers with two identities, one per cluster: the Deployment's service account
+//! (`system:serviceaccount:<namespace>:<name>`) on the control cluster, and the seed layout's target identity
+//! (`system:serviceaccount:kube-system:machine-controller-manager`) on the target cluster, the same server (both in
+//! `system:masters` so that nothing is refused while the requests are recorded); the provider runs out of process
+//! as the Deployment runs it, with its own identity (its simulated kubelets write nodes, pods and volume attachments,
+//! which are not the controller's requests); the controllers run with the Deployment's arguments. The test drives a
+//! whole lifecycle through kubectl as the admin: a MachineDeployment scales up to Running and rolls to another class
+//! (with a virtual capacity, and no revision history: the old set is deleted), the unfreeze annotation is acted on,
+//! a machine whose node runs two pods (one with a volume) is deleted and drained, a machine of an old
+//! provider-specific class kind is migrated, the deployment scales down, a machine is force-deleted while the
+//! provider is away (its node's volume attachment is deleted), and everything is deleted. Then the requests the API
+//! server counted for each identity are evaluated against that identity's rules (`overlays/seed-aws` for the
+//! control identity, `overlays/seed-aws/target-cluster` for the target one: together the base's rules, which
+//! `deploy_layouts.rs` checks) as RBAC evaluates them (API groups, resources and subresources, verbs,
+//! resourceNames, a Role's namespace against cluster-wide grants): the test fails listing every request no rule of
+//! its identity allows ("missing") and every (API group, resource, verb) a rule grants that no request of its
+//! identity used ("unused"), except the few listed in [`NOT_EXERCISED`] with the code path that needs them. The
+//! table of every rule with its request count is printed (`--nocapture`).
 
 use crate::support;
 use crate::support::deploy;
@@ -25,10 +29,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use deploy::{CONTROLLER, Manifests, PROVIDER, Permission, Request};
+use deploy::{CONTROLLER, Manifests, PROVIDER, Permission, Rbac, Request, SEED_TARGET};
 use mcm_api::builders::PodBuilder;
 use support::{Background, Server, address_of, arg, get};
 
+/// The seed layout's kustomization: its rules are the control identity's.
+const SEED: &str = "overlays/seed-aws";
+/// The service account of the target identity, in `kube-system` (`overlays/seed-aws/target-cluster`).
+const TARGET_ACCOUNT: &str = "machine-controller-manager";
 /// The provider's user (its simulated kubelets write the target cluster); not the controllers'.
 const PROVIDER_USER: &str = "mcm-provider-sim";
 /// How long one step of the lifecycle (a rollout, a drain) may take.
@@ -36,7 +44,7 @@ const STEP_DEADLINE: Duration = Duration::from_mins(2);
 /// Where the test's pods run: another namespace than the controllers', as a drain meets them.
 const APPS: &str = "apps";
 
-/// Rules of `deploy/rbac.yaml` that the lifecycle of this test does not reach, as (verb, resource, why the code
+/// Rules of `deploy/` that the lifecycle of this test does not reach, as (verb, resource, why the code
 /// needs it). Everything else granted must be used, and an entry here that the run did use fails the test too (the
 /// list stays true).
 const NOT_EXERCISED: &[(&str, &str, &str)] = &[
@@ -262,15 +270,24 @@ fn tail(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// `mcm run` with the Deployment's args, except what a pod has and a test has not: the kubeconfig of the service
-/// account instead of the in-cluster configuration, the provider socket and a free loopback port; and shorter
+/// The kubeconfigs `mcm run` gets: one cluster (the embedded server), two identities.
+struct Clusters {
+    /// The Deployment's service account: the control cluster.
+    control: PathBuf,
+    /// The seed layout's identity on the target cluster (`overlays/seed-aws/target-cluster`).
+    target: PathBuf,
+}
+
+/// `mcm run` with the Deployment's args, except what a pod has and a test has not: the kubeconfigs of the two
+/// identities instead of the in-cluster configuration, the provider socket and a free loopback port; and shorter
 /// periods so that the lifecycle reaches the safety loops and the volume waits within the test.
-fn start_controllers(manifests: &Manifests, kubeconfig: &PathBuf, endpoint: &str) -> Background {
+fn start_controllers(manifests: &Manifests, clusters: &Clusters, endpoint: &str) -> Background {
     let replaced = [
         "--provider-endpoint",
         "--port",
         "--address",
         "--control-kubeconfig",
+        "--target-kubeconfig",
     ];
     let args: Vec<String> = manifests
         .container(CONTROLLER)
@@ -283,7 +300,9 @@ fn start_controllers(manifests: &Manifests, kubeconfig: &PathBuf, endpoint: &str
     command
         .args(&args)
         .arg("--control-kubeconfig")
-        .arg(kubeconfig)
+        .arg(&clusters.control)
+        .arg("--target-kubeconfig")
+        .arg(&clusters.target)
         .args([
             "--provider-endpoint",
             endpoint,
@@ -309,33 +328,43 @@ fn mcm_run_needs_exactly_the_rules_of_deploy_rbac_yaml() {
     let manifests = Manifests::load();
     let user = manifests.service_account_user();
     let (namespace, _) = manifests.service_account();
-    let rbac = manifests.rbac();
+    // Each identity with its rules: the seed layout's split of the base's (deploy_layouts.rs checks that the two
+    // together are exactly the base's rules).
+    let control_rules = Manifests::render(SEED).rbac();
+    let target_rules =
+        Rbac::for_service_account(&Manifests::render(SEED_TARGET), "kube-system", TARGET_ACCOUNT);
+    let target_user = format!("system:serviceaccount:kube-system:{TARGET_ACCOUNT}");
     let pid = std::process::id();
     let (mcm_token, provider_token) = (format!("mcm-{pid}-token"), format!("provider-{pid}-token"));
+    let target_token = format!("target-{pid}-token");
 
     let server = Server::start_with("deploy-rbac", |dir| {
         let file = dir.join("tokens.csv");
         std::fs::write(
             &file,
             format!(
-                "{mcm_token},{user},uid-mcm,system:masters\n{provider_token},{PROVIDER_USER},uid-provider,system:masters\n"
+                "{mcm_token},{user},uid-mcm,system:masters\n{target_token},{target_user},uid-target,system:masters\n\
+                 {provider_token},{PROVIDER_USER},uid-provider,system:masters\n"
             ),
         )
         .expect("the token file");
         vec!["--token-auth-file".into(), file.display().to_string()]
     });
-    let mcm_kubeconfig = server.kubeconfig_with_token("mcm.kubeconfig", &mcm_token);
+    let clusters = Clusters {
+        control: server.kubeconfig_with_token("mcm.kubeconfig", &mcm_token),
+        target: server.kubeconfig_with_token("target.kubeconfig", &target_token),
+    };
     let provider_kubeconfig = server.kubeconfig_with_token("provider.kubeconfig", &provider_token);
     let k = Kubectl {
         server: &server,
         namespace: &namespace,
     };
-    // The namespace of rbac.yaml (the embedded server serves the machine kinds as if deploy/crds.yaml were applied:
+    // The namespace of base/rbac.yaml (the embedded server serves the machine kinds as if deploy/crds.yaml were applied:
     // it has no CustomResourceDefinition API; deploy_manifests.rs checks crds.yaml is `mcm crds`).
     let namespace_doc = manifests
         .of_kind("Namespace")
         .find(|n| n.name() == namespace)
-        .expect("rbac.yaml creates the namespace");
+        .expect("base/rbac.yaml creates the namespace");
     let apps = serde_json::json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": APPS } });
     for (file, document) in [("namespace.json", &namespace_doc.value), ("apps.json", &apps)] {
         server.kubectl_ok(&["apply", "-f", arg(&server.write(file, &document.to_string()))]);
@@ -351,7 +380,7 @@ fn mcm_run_needs_exactly_the_rules_of_deploy_rbac_yaml() {
         logs: String::new(),
     };
     provider.start();
-    let run = start_controllers(&manifests, &mcm_kubeconfig, &endpoint);
+    let run = start_controllers(&manifests, &clusters, &endpoint);
     let address = address_of(&run);
     // The probes of the Deployment answer on the binary's port.
     k.wait("/readyz 200", || (get(address, "/readyz").0 == 200).then_some(()));
@@ -388,28 +417,33 @@ fn mcm_run_needs_exactly_the_rules_of_deploy_rbac_yaml() {
     let counters: serde_json::Value =
         serde_json::from_str(&server.kubectl_ok(&["get", "--raw", "/debug/requests"]))
             .expect("JSON counters");
-    let requests: Vec<(Request, u64)> = counters
-        .as_array()
-        .expect("a list")
-        .iter()
-        .filter(|c| c["user"] == user.as_str())
-        .map(|c| {
-            let text = |key: &str| c[key].as_str().unwrap_or_default().to_owned();
-            (
-                Request::from_counter(
-                    &text("verb"),
-                    &text("resource"),
-                    &text("namespace"),
-                    &text("name"),
-                ),
-                c["count"].as_u64().unwrap_or_default(),
-            )
-        })
-        .collect();
-    assert!(
-        !requests.is_empty(),
-        "the controllers' requests are counted under {user}"
-    );
+    let requests_of = |user: &str| -> Vec<(Request, u64)> {
+        counters
+            .as_array()
+            .expect("a list")
+            .iter()
+            .filter(|c| c["user"] == user)
+            .map(|c| {
+                let text = |key: &str| c[key].as_str().unwrap_or_default().to_owned();
+                (
+                    Request::from_counter(
+                        &text("verb"),
+                        &text("resource"),
+                        &text("namespace"),
+                        &text("name"),
+                    ),
+                    c["count"].as_u64().unwrap_or_default(),
+                )
+            })
+            .collect()
+    };
+    let (control_requests, target_requests) = (requests_of(&user), requests_of(&target_user));
+    for (who, requests) in [(&user, &control_requests), (&target_user, &target_requests)] {
+        assert!(
+            !requests.is_empty(),
+            "the controllers' requests are counted under {who}"
+        );
+    }
     assert!(
         counters
             .as_array()
@@ -418,18 +452,20 @@ fn mcm_run_needs_exactly_the_rules_of_deploy_rbac_yaml() {
             .any(|c| c["user"] == PROVIDER_USER),
         "the provider's kubelets wrote as their own user"
     );
-    let permissions = rbac.permissions();
-    let report = Report::new(&permissions, &requests);
+    let report = Report::new(vec![
+        (control_rules.permissions(), control_requests),
+        (target_rules.permissions(), target_requests),
+    ]);
     eprintln!(
-        "lifecycle in {took:?}, {} requests of {user} in {} counters\n{}",
-        requests.iter().map(|(_, n)| n).sum::<u64>(),
-        requests.len(),
+        "lifecycle in {took:?}, {} requests of {user} (control) and {target_user} (target) in {} counters\n{}",
+        report.requests,
+        report.counters,
         report.table()
     );
     let problems = report.problems();
     assert!(
         problems.is_empty(),
-        "deploy/rbac.yaml does not fit `mcm run`:\n{}",
+        "the RBAC of deploy/ does not fit `mcm run`:\n{}",
         problems.join("\n")
     );
 }
@@ -616,29 +652,48 @@ fn lifecycle(k: &Kubectl, server: &Server, namespace: &str, provider: &mut Provi
     );
 }
 
-/// What the requests used of the rules.
-struct Report<'a> {
-    /// Each permission with the number of requests it allowed.
-    used: Vec<(&'a Permission, u64)>,
-    /// Requests no rule allows.
-    missing: Vec<(&'a Request, u64)>,
+/// The rules of an identity and its requests with their counts.
+type Identity = (Vec<Permission>, Vec<(Request, u64)>);
+
+/// What the requests of each identity used of its rules.
+struct Report {
+    /// Each permission with the number of requests of its identity it allowed.
+    used: Vec<(Permission, u64)>,
+    /// Requests no rule of their identity allows.
+    missing: Vec<(Request, u64)>,
+    /// How many requests, in how many counters.
+    requests: u64,
+    counters: usize,
 }
 
-impl<'a> Report<'a> {
-    fn new(permissions: &'a [Permission], requests: &'a [(Request, u64)]) -> Self {
-        let used = permissions
-            .iter()
-            .map(|p| {
-                let count = requests.iter().filter(|(r, _)| p.allows(r)).map(|(_, n)| n).sum();
-                (p, count)
-            })
-            .collect();
-        let missing = requests
-            .iter()
-            .filter(|(r, _)| !permissions.iter().any(|p| p.allows(r)))
-            .map(|(r, n)| (r, *n))
-            .collect();
-        Self { used, missing }
+impl Report {
+    /// From (the rules of an identity, its requests) for every identity.
+    fn new(identities: Vec<Identity>) -> Self {
+        let mut report = Self {
+            used: Vec::new(),
+            missing: Vec::new(),
+            requests: 0,
+            counters: 0,
+        };
+        for (permissions, requests) in identities {
+            report.requests += requests.iter().map(|(_, n)| n).sum::<u64>();
+            report.counters += requests.len();
+            report.missing.extend(
+                requests
+                    .iter()
+                    .filter(|(r, _)| !permissions.iter().any(|p| p.allows(r)))
+                    .cloned(),
+            );
+            for permission in permissions {
+                let count = requests
+                    .iter()
+                    .filter(|(r, _)| permission.allows(r))
+                    .map(|(_, n)| n)
+                    .sum();
+                report.used.push((permission, count));
+            }
+        }
+        report
     }
 
     fn exempt(permission: &Permission) -> Option<&'static str> {
@@ -669,7 +724,7 @@ impl<'a> Report<'a> {
                 .any(|(p, _)| p.verb == *verb && p.resource == *resource)
             {
                 out.push(format!(
-                    "NOT_EXERCISED names {verb} {resource}, which deploy/rbac.yaml does not grant"
+                    "NOT_EXERCISED names {verb} {resource}, which deploy/ does not grant"
                 ));
             }
         }

@@ -1,5 +1,5 @@
 //! End to end: two `mcm run` processes against one `mcm apiserver`, sharing one provider out of process (as two
-//! replicas of deploy/deployment.yaml would): the first holds both Leases and acts, the second stands by (ready, and
+//! replicas of deploy/base/deployment.yaml would): the first holds both Leases and acts, the second stands by (ready, and
 //! never calls the provider); when the first is killed with SIGKILL the second takes both Leases once they expire and
 //! carries on with the same machines.
 

@@ -14,6 +14,7 @@ mod bench_command;
 mod capi_command;
 mod cli_output;
 mod crds_command;
+mod deploy_layouts;
 mod deploy_manifests;
 mod deploy_rbac;
 mod examples_command;

@@ -1,5 +1,6 @@
-//! The manifests of `deploy/` as the deploy tests read them (every YAML document, the Deployment's containers, the
-//! RBAC of its service account), and the RBAC rules evaluated as kube-apiserver's RBAC authorizer evaluates them.
+//! The manifests of `deploy/` as the deploy tests read them (every YAML document each layout's kustomization renders
+//! through `kubectl kustomize`, the Deployment's containers, the RBAC of its service account), and the RBAC rules
+//! evaluated as kube-apiserver's RBAC authorizer evaluates them.
 //! Used by `deploy_manifests.rs` and `deploy_rbac.rs`.
 
 use std::{
@@ -9,7 +10,7 @@ use std::{
 
 use k8s_openapi::api::{
     apps::v1::Deployment,
-    core::v1::Container,
+    core::v1::{Container, PodSpec},
     rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding},
 };
 use serde_json::Value;
@@ -19,19 +20,42 @@ pub const CONTROLLER: &str = "machine-controller";
 /// The name of the provider sidecar.
 pub const PROVIDER: &str = "provider";
 
-/// The Deployments of `deploy/`: (the provider of the sidecar, the file under `deploy/`). Each is applied
-/// instead of the others, with the rest of `deploy/*.yaml`.
-pub const VARIANTS: [(&str, &str); 2] = [("sim", "deployment.yaml"), ("aws", "aws/deployment.yaml")];
+/// The layouts `deploy/` ships, as (name, kustomization directory under `deploy/`): each renders, through
+/// `kubectl kustomize`, everything a user applies to the control cluster for it. The base (`kubectl apply -k deploy/`)
+/// comes first and alone holds the CRDs.
+pub const LAYOUTS: [(&str, &str); 4] = [
+    ("base", "."),
+    ("single", "overlays/single"),
+    ("aws-grpc", "overlays/aws-grpc"),
+    ("seed-aws", "overlays/seed-aws"),
+];
+
+/// What the seed layout applies to the target cluster (its RBAC there).
+pub const SEED_TARGET: &str = "overlays/seed-aws/target-cluster";
 
 /// `deploy/` of this checkout.
 pub fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
 }
 
+/// The YAML documents of `text` (empty ones skipped), each tagged with `file`.
+fn documents(file: &str, text: &str) -> Vec<Document> {
+    let values: Vec<Value> =
+        serde_saphyr::from_multiple(text).unwrap_or_else(|err| panic!("{file} is not YAML: {err}"));
+    values
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .map(|value| Document {
+            file: file.to_owned(),
+            value,
+        })
+        .collect()
+}
+
 /// One YAML document of a file of `deploy/`.
 #[derive(Clone, Debug)]
 pub struct Document {
-    /// The file name (`rbac.yaml`).
+    /// Where it comes from (`deploy/overlays/single`, `deploy/validating-admission-policy.yaml`).
     pub file: String,
     /// The document, as JSON.
     pub value: Value,
@@ -67,56 +91,47 @@ impl Document {
 
 /// Every manifest of `deploy/`.
 pub struct Manifests {
-    /// The documents of every `deploy/*.yaml`, in file order (files sorted by name).
+    /// The documents, in the order kustomize (or the file) gives them.
     pub documents: Vec<Document>,
 }
 
 impl Manifests {
-    /// Reads every `deploy/*.yaml`.
+    /// The base: what `kubectl apply -k deploy/` applies.
     pub fn load() -> Self {
-        Self::load_variant(VARIANTS[0].1)
+        Self::render(LAYOUTS[0].1)
     }
 
-    /// Reads every `deploy/*.yaml`, with `deployment` (a path under `deploy/`, as in [`VARIANTS`]) in place of
-    /// `deployment.yaml`: what a user applies with that variant.
-    pub fn load_variant(deployment: &str) -> Self {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(deploy_dir())
-            .expect("deploy/ exists")
-            .map(|entry| entry.expect("a directory entry").path())
-            .filter(|path| path.extension().is_some_and(|ext| ext == "yaml" || ext == "yml"))
-            .map(|path| {
-                if path.file_name().is_some_and(|name| name == "deployment.yaml") {
-                    deploy_dir().join(deployment)
-                } else {
-                    path
-                }
-            })
-            .collect();
-        files.sort();
-        let mut documents = Vec::new();
-        for path in files {
-            let file = path
-                .strip_prefix(deploy_dir())
-                .ok()
-                .and_then(|n| n.to_str())
-                .expect("a UTF-8 file name under deploy/")
-                .to_owned();
-            let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("deploy/{file}: {err}"));
-            let values: Vec<Value> =
-                serde_saphyr::from_multiple(&text).unwrap_or_else(|err| panic!("{file} is not YAML: {err}"));
-            documents.extend(values.into_iter().filter(|v| !v.is_null()).map(|value| Document {
-                file: file.clone(),
-                value,
-            }));
+    /// What `kubectl kustomize deploy/<dir>` renders (the real kubectl, whose kustomize `kubectl apply -k` runs).
+    pub fn render(dir: &str) -> Self {
+        let mut command = std::process::Command::new("kubectl");
+        command.arg("kustomize").arg(deploy_dir().join(dir));
+        let output = super::Background::spawn(command, format!("kubectl kustomize deploy/{dir}"))
+            .finish(super::COMMAND_DEADLINE);
+        assert!(
+            output.status.success(),
+            "kubectl kustomize deploy/{dir}:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let text = String::from_utf8(output.stdout).expect("UTF-8");
+        Self {
+            documents: documents(&format!("deploy/{dir}"), &text),
         }
-        Self { documents }
     }
 
-    /// Every variant: (the provider its sidecar runs, the manifests with its Deployment).
-    pub fn variants() -> Vec<(&'static str, Self)> {
-        VARIANTS
+    /// The documents of one file under `deploy/` as they are written.
+    pub fn file(name: &str) -> Self {
+        let text = std::fs::read_to_string(deploy_dir().join(name))
+            .unwrap_or_else(|err| panic!("deploy/{name}: {err}"));
+        Self {
+            documents: documents(&format!("deploy/{name}"), &text),
+        }
+    }
+
+    /// Every layout: (its name, what it renders).
+    pub fn layouts() -> Vec<(&'static str, Self)> {
+        LAYOUTS
             .iter()
-            .map(|(provider, deployment)| (*provider, Self::load_variant(deployment)))
+            .map(|(name, dir)| (*name, Self::render(dir)))
             .collect()
     }
 
@@ -163,19 +178,13 @@ impl Manifests {
         format!("system:serviceaccount:{namespace}:{name}")
     }
 
-    /// The value of a `--flag=value` or `--flag value` argument of a container.
-    pub fn arg(&self, container: &str, flag: &str) -> Option<String> {
-        let args = self.container(container).args.unwrap_or_default();
-        let mut iter = args.iter();
-        while let Some(arg) = iter.next() {
-            if let Some(value) = arg.strip_prefix(&format!("{flag}=")) {
-                return Some(value.to_owned());
-            }
-            if arg == flag {
-                return iter.next().cloned();
-            }
-        }
-        None
+    /// The containers of the Deployment's pod.
+    pub fn containers(&self) -> Vec<Container> {
+        self.deployment()
+            .spec
+            .and_then(|s| s.template.spec)
+            .map(|s| s.containers)
+            .unwrap_or_default()
     }
 
     /// The rules granted to the service account the Deployment runs as, through the bindings of `deploy/`.
@@ -183,6 +192,21 @@ impl Manifests {
         let (namespace, name) = self.service_account();
         Rbac::for_service_account(self, &namespace, &name)
     }
+}
+
+/// The value of a `--flag=value` or `--flag value` argument of `container`.
+pub fn flag_value(container: &Container, flag: &str) -> Option<String> {
+    let args = container.args.clone().unwrap_or_default();
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        if let Some(value) = arg.strip_prefix(&format!("{flag}=")) {
+            return Some(value.to_owned());
+        }
+        if arg == flag {
+            return iter.next().cloned();
+        }
+    }
+    None
 }
 
 /// Where a grant applies.
@@ -433,6 +457,14 @@ pub struct Permission {
 }
 
 impl Permission {
+    /// What it grants, wherever it comes from: its scope, API group, resource, verb and resourceNames.
+    pub fn grants(&self) -> String {
+        format!(
+            "{:?} {:?} {} {} {:?}",
+            self.grant.scope, self.group, self.resource, self.verb, self.grant.rule.resource_names
+        )
+    }
+
     /// Whether `request` is allowed by this one permission of the grant (its scope and resourceNames too).
     pub fn allows(&self, request: &Request) -> bool {
         let rule = PolicyRule {
@@ -459,4 +491,69 @@ impl fmt::Display for Permission {
         }
         write!(f, " [{}]", self.grant.source)
     }
+}
+
+/// Where `after` lost or changed what `before` has (fields `after` added are fine: defaults of the type).
+pub fn losses(before: &Value, after: &Value, path: &str, out: &mut Vec<String>) {
+    match (before, after) {
+        (Value::Object(b), Value::Object(a)) => {
+            for (key, value) in b {
+                let path = format!("{path}.{key}");
+                match a.get(key) {
+                    Some(other) => losses(value, other, &path, out),
+                    None => out.push(format!("{path}: unknown field (dropped by the type)")),
+                }
+            }
+        }
+        (Value::Array(b), Value::Array(a)) if b.len() == a.len() => {
+            for (index, (value, other)) in b.iter().zip(a).enumerate() {
+                losses(value, other, &format!("{path}[{index}]"), out);
+            }
+        }
+        _ if before == after => {}
+        _ => out.push(format!("{path}: {before} became {after}")),
+    }
+}
+
+/// The words of a container's args before the first flag: `run`, or `provider <name> serve`.
+pub fn command(container: &Container) -> Vec<String> {
+    container
+        .args
+        .iter()
+        .flatten()
+        .take_while(|a| !a.starts_with('-'))
+        .cloned()
+        .collect()
+}
+
+/// Whether a container runs the controllers (`mcm run`).
+pub fn runs_controllers(container: &Container) -> bool {
+    command(container) == ["run"]
+}
+
+/// The provider a container serves (`mcm provider <name> serve`).
+pub fn serves_provider(container: &Container) -> Option<String> {
+    match command(container).as_slice() {
+        [provider, name, serve] if provider == "provider" && serve == "serve" => Some(name.clone()),
+        _ => None,
+    }
+}
+
+/// The pod spec of the Deployment.
+pub fn pod(manifests: &Manifests) -> PodSpec {
+    manifests
+        .deployment()
+        .spec
+        .and_then(|s| s.template.spec)
+        .expect("a pod template")
+}
+
+/// The name of the volume `container` mounts at `directory` (exactly).
+pub fn mount_at(container: &Container, directory: &str) -> Option<String> {
+    container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == directory)
+        .map(|m| m.name.clone())
 }
