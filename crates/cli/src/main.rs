@@ -15,11 +15,13 @@ mod capi;
 mod client;
 mod examples;
 mod flag_names;
+mod klog_flags;
 mod node_agent;
 mod provider;
 mod provider_call;
 mod raw_objects;
 mod run;
+mod run_checks;
 mod sim_control;
 mod up;
 
@@ -33,8 +35,10 @@ struct Cli {
     /// Log verbosity as klog's `--v` of the reference: 0-3 info (the default 0), 4-5 debug, 6 and above trace. For
     /// `mcm provider ... serve` it wins over MC_LOG_LEVEL. RUST_LOG, when set, takes precedence over both (e.g.
     /// `RUST_LOG=mcm_controllers=debug`).
-    #[arg(long = "v", global = true, value_name = "LEVEL")]
+    #[arg(long = "v", short = 'v', global = true, value_name = "LEVEL")]
     verbosity: Option<u8>,
+    #[command(flatten)]
+    klog: klog_flags::KlogFlags,
     #[command(subcommand)]
     command: Command,
 }
@@ -268,31 +272,37 @@ fn run_command(cli: Cli) -> anyhow::Result<()> {
         Command::Examples(args) => examples::main(&args)?,
         Command::Run(args) => {
             init_logging(cli.log_format.as_deref(), cli.verbosity);
+            cli.klog.warn_ignored();
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(run::run_controllers(*args))?;
         }
         Command::Provider(args) => provider::main(args, cli.log_format.as_deref(), cli.verbosity)?,
         Command::Capi(args) => {
             init_logging(cli.log_format.as_deref(), cli.verbosity);
+            cli.klog.warn_ignored();
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(capi::main(args))?;
         }
         Command::Up(args) => {
             init_logging(cli.log_format.as_deref(), cli.verbosity);
+            cli.klog.warn_ignored();
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(up::up(*args))?;
         }
         Command::Down(args) => up::down(args)?,
         Command::Bench(args) => {
             init_logging(cli.log_format.as_deref(), cli.verbosity);
+            cli.klog.warn_ignored();
             bench::main(&args)?;
         }
         Command::NodeAgent(args) => {
             init_logging(cli.log_format.as_deref(), cli.verbosity);
+            cli.klog.warn_ignored();
             std::process::exit(node_agent::main(args));
         }
         Command::Apiserver(args) => {
             init_logging(cli.log_format.as_deref(), cli.verbosity);
+            cli.klog.warn_ignored();
             let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
             runtime.block_on(run_apiserver(args))?;
         }

@@ -62,11 +62,11 @@ pub(crate) struct ControllerFlags {
     pub(crate) controllers: Role,
     /// A MachineSet is frozen (no scale-up) when its machines reach 2 × replicas (or, in a deployment, replicas +
     /// maxSurge) + this many.
-    #[arg(long, default_value_t = 2)]
-    pub(crate) safety_up: u32,
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
+    pub(crate) safety_up: i32,
     /// ... and unfrozen when they are this many below that again.
-    #[arg(long, default_value_t = 1)]
-    pub(crate) safety_down: u32,
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    pub(crate) safety_down: i32,
     /// How often every MachineSet is checked for overshooting (also on every machine creation).
     #[arg(long, default_value = "1m", value_parser = parse_duration)]
     pub(crate) machine_safety_overshooting_period: Duration,
@@ -92,10 +92,10 @@ pub(crate) struct ControllerFlags {
     /// The deadline of every call to an out-of-process provider.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub(crate) provider_call_timeout: Duration,
-    /// Objects reconciled at once per controller; by default each keeps the reference's: 50 machines, 10 sets and
-    /// 10 deployments.
-    #[arg(long)]
-    pub(crate) concurrent_syncs: Option<u16>,
+    /// Objects reconciled at once per controller (at least 1); by default each keeps the reference's: 50 machines,
+    /// 10 sets and 10 deployments.
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) concurrent_syncs: Option<i32>,
     /// How long a machine may take from creation to a joined node before it is Failed.
     #[arg(long, default_value = "20m", value_parser = parse_duration)]
     pub(crate) machine_creation_timeout: Duration,
@@ -122,7 +122,7 @@ pub(crate) struct ControllerFlags {
     pub(crate) machine_drain_timeout: Duration,
     /// Eviction attempts per pod refused by a PodDisruptionBudget, at most the drain timeout divided by
     /// `--machine-evict-retry-interval` (per machine: `spec.maxEvictRetries`).
-    #[arg(long, default_value_t = 360)]
+    #[arg(long, default_value_t = 360, allow_negative_numbers = true)]
     pub(crate) machine_max_evict_retries: i32,
     /// How long to wait for a pod's volumes to detach from the drained node (on top of its grace period).
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
@@ -198,13 +198,13 @@ pub(crate) struct ControllerFlags {
     /// Accepted for compatibility with the reference; no effect.
     #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
     pub(crate) contention_profiling: bool,
-    /// Requests per second to each API server on average (client side, as client-go's limiter); 0 turns the limit
-    /// off.
-    #[arg(long, default_value_t = 20.0)]
-    pub(crate) kube_api_qps: f32,
+    /// Requests per second to each API server on average (client side, as client-go's limiter), greater than 0 as
+    /// the reference checks; `unlimited` turns the limit off.
+    #[arg(long, default_value = "20", value_parser = crate::run_checks::parse_qps, allow_negative_numbers = true)]
+    pub(crate) kube_api_qps: crate::run_checks::Qps,
     /// Requests that may go out back to back above the average.
-    #[arg(long, default_value_t = 30)]
-    pub(crate) kube_api_burst: u32,
+    #[arg(long, default_value_t = 30, allow_negative_numbers = true)]
+    pub(crate) kube_api_burst: i32,
     /// While a rollout has old machines, annotate every node of the deployment
     /// `cluster-autoscaler.kubernetes.io/scale-down-disabled=true` (removed again when it completes).
     #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
@@ -228,7 +228,9 @@ pub(crate) struct RunArgs {
     pub(crate) target_kubeconfig: Option<String>,
     /// The built-in provider to drive (`sim`: in-memory machines with a simulated kubelet on the target cluster;
     /// `aws`: EC2 instances, endpoint from AWS_ENDPOINT_URL_EC2 / AWS_ENDPOINT_URL, credentials from class secrets).
-    #[arg(long, value_parser = ["sim", "aws"], required_unless_present = "provider_endpoint", conflicts_with = "provider_endpoint")]
+    /// This or --provider-endpoint is required unless `--controllers machine-controller-manager`, which calls no
+    /// provider (as the reference's controller manager takes none).
+    #[arg(long, value_parser = ["sim", "aws"], conflicts_with = "provider_endpoint")]
     pub(crate) provider: Option<String>,
     /// Drive a provider out of process over gRPC instead: unix:///path/to.sock, or tcp://host:port with
     /// --provider-tls-cert, --provider-tls-key and --provider-tls-ca.
@@ -318,6 +320,15 @@ impl ControllerFlags {
         }
     }
 
+    /// Objects reconciled at once: `--concurrent-syncs` (checked to be at least 1 before anything starts), else
+    /// `default`.
+    fn concurrency(&self, default: u16) -> u16 {
+        self.concurrent_syncs
+            .and_then(|n| u16::try_from(n).ok())
+            .filter(|n| *n > 0)
+            .unwrap_or(default)
+    }
+
     /// The API server probes' settings (`--machine-safety-apiserver-statuscheck-*`).
     fn reachability(&self) -> mcm_core::reachability::ReachabilitySettings {
         mcm_core::reachability::ReachabilitySettings {
@@ -329,8 +340,11 @@ impl ControllerFlags {
     /// The client-side request limit of `--kube-api-qps` and `--kube-api-burst`.
     pub(crate) fn rate_limit(&self) -> crate::client::RateLimit {
         crate::client::RateLimit {
-            qps: self.kube_api_qps,
-            burst: self.kube_api_burst,
+            qps: match self.kube_api_qps {
+                crate::run_checks::Qps::PerSecond(qps) => qps,
+                crate::run_checks::Qps::Unlimited => 0.0,
+            },
+            burst: u32::try_from(self.kube_api_burst).unwrap_or(0),
         }
     }
 
@@ -539,7 +553,7 @@ impl Halves {
             mcm_controllers::machine::Config {
                 namespace: flags.namespace.clone(),
                 settings: flags.settings(),
-                concurrency: flags.concurrent_syncs.unwrap_or(MACHINE_CONCURRENT_SYNCS),
+                concurrency: flags.concurrency(MACHINE_CONCURRENT_SYNCS),
             },
             mcm_controllers::machine::Extras {
                 metrics: Some(self.registry.clone()),
@@ -575,8 +589,8 @@ impl Halves {
             self.control.clone(),
             mcm_controllers::overshoot::Config {
                 period: flags.machine_safety_overshooting_period,
-                safety_up: flags.safety_up,
-                safety_down: flags.safety_down,
+                safety_up: u32::try_from(flags.safety_up).unwrap_or(0),
+                safety_down: u32::try_from(flags.safety_down).unwrap_or(0),
                 ..mcm_controllers::overshoot::Config::new(flags.namespace.clone())
             },
             stopped_when(stopped.clone()),
@@ -585,7 +599,7 @@ impl Halves {
             self.control.clone(),
             mcm_controllers::machineset::Config {
                 namespace: flags.namespace.clone(),
-                concurrency: flags.concurrent_syncs.unwrap_or(SET_CONCURRENT_SYNCS),
+                concurrency: flags.concurrency(SET_CONCURRENT_SYNCS),
                 resync: flags.machine_safety_resync,
                 min_ready_seconds: if flags.honour_min_ready_seconds {
                     mcm_core::machineset::MinReadySeconds::Honour
@@ -601,7 +615,7 @@ impl Halves {
             self.target.clone(),
             mcm_controllers::machinedeployment::Config {
                 namespace: flags.namespace.clone(),
-                concurrency: flags.concurrent_syncs.unwrap_or(SET_CONCURRENT_SYNCS),
+                concurrency: flags.concurrency(SET_CONCURRENT_SYNCS),
                 resync: flags.machine_safety_resync,
                 autoscaler_scale_down_annotation_during_rollout: flags
                     .autoscaler_scaledown_annotation_during_rollout,
@@ -724,7 +738,21 @@ pub(crate) async fn provider_name(driver: &mcm_grpc::GrpcDriver) -> String {
 
 /// `mcm run`: until SIGINT or SIGTERM.
 pub(crate) async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
+    crate::run_checks::check(
+        &args.controllers,
+        Some((
+            args.control_kubeconfig.as_deref(),
+            args.target_kubeconfig.as_deref(),
+        )),
+    )?;
     args.controllers.warn_ignored();
+    anyhow::ensure!(
+        !args.controllers.controllers.machines()
+            || args.provider.is_some()
+            || args.provider_endpoint.is_some(),
+        "--provider or --provider-endpoint is required: the machine controller (--controllers all or \
+         machine-controller) drives a provider"
+    );
     let (control, target) = crate::client::resolve(
         args.control_kubeconfig.as_deref(),
         args.target_kubeconfig.as_deref(),
@@ -762,6 +790,11 @@ pub(crate) async fn run_controllers(args: RunArgs) -> anyhow::Result<()> {
             let driver = mcm_provider_aws::AwsDriver::new(mcm_provider_aws::AwsConfig::from_env());
             cloud_metrics = Some(driver.metrics());
             (Arc::new(driver), "aws".to_owned())
+        } else if args.provider.is_none() {
+            // `--controllers machine-controller-manager` without a provider: the set controllers call none, and no
+            // machine controller runs to call this one (an in-memory sim, without kubelets).
+            let driver = mcm_provider_sim::SimDriver::new(mcm_provider_sim::SimConfig::default());
+            (Arc::new(driver), "none".to_owned())
         } else {
             let driver = mcm_provider_sim::SimDriver::new(mcm_provider_sim::SimConfig::default());
             kubelet = target.as_ref().map(|target| {

@@ -186,6 +186,7 @@ pub(crate) fn exit_with_parent(parent: i32) -> anyhow::Result<()> {
 
 /// `mcm up`: until SIGINT or SIGTERM.
 pub(crate) async fn up(args: UpArgs) -> anyhow::Result<()> {
+    crate::run_checks::check(&args.controllers, None)?;
     let dir = data_dir(args.data_dir.clone())?;
     private_dir(&dir)?;
     if let Some(pid) = running(&dir) {

@@ -224,7 +224,7 @@ async fn run(args: &BenchArgs, cluster: &Cluster) -> anyhow::Result<Report> {
             .is_none()
             .then(|| mcm_api::GoDuration::from_std(args.event_ttl).0),
         heartbeat_interval: heartbeat,
-        client_rate_limit: "off (--kube-api-qps 0)",
+        client_rate_limit: "off (--kube-api-qps unlimited)",
         concurrent_syncs: syncs.unwrap_or_else(|| "default (50 machines, 10 sets, 10 deployments)".into()),
         build: if cfg!(debug_assertions) {
             "debug"
@@ -292,7 +292,7 @@ async fn start_processes(
         OsStr::new("127.0.0.1"),
         OsStr::new("--leader-elect=false"),
         OsStr::new("--kube-api-qps"),
-        OsStr::new("0"),
+        OsStr::new("unlimited"),
     ];
     if let Some(syncs) = syncs {
         run_args.extend([OsStr::new("--concurrent-syncs"), OsStr::new(syncs)]);
@@ -316,7 +316,7 @@ async fn start_processes(
     )
     .await?;
     let pid = controllers.pid()?;
-    eprintln!("mcm bench: controllers ready (pid {pid}, client rate limit off: --kube-api-qps 0)");
+    eprintln!("mcm bench: controllers ready (pid {pid}, client rate limit off: --kube-api-qps unlimited)");
     Ok(Processes {
         provider,
         controllers,

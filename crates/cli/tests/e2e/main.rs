@@ -25,6 +25,7 @@ mod provider_aws_e2e;
 mod provider_call;
 mod provider_command;
 mod provider_python;
+mod reference_sample_args;
 mod run_command;
 mod secret_leak;
 mod support;

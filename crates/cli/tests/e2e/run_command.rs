@@ -223,10 +223,13 @@ fn every_reference_flag_is_explained_by_help_and_booleans_take_false() {
         let at = lines
             .iter()
             .position(|line| {
-                line.trim_start()
-                    .split([' ', '='])
-                    .next()
-                    .is_some_and(|first| first == flag)
+                // `-v, --v <LEVEL>`: a short form first.
+                let line = line.trim_start();
+                let line = match line.as_bytes() {
+                    [b'-', short, b',', b' ', ..] if short.is_ascii_alphabetic() => &line[4..],
+                    _ => line,
+                };
+                line.split([' ', '=']).next().is_some_and(|first| first == flag)
             })
             .unwrap_or_else(|| panic!("{flag} missing from `mcm run --help`:\n{help}"));
         let explanation = lines.get(at + 1).map_or("", |line| line.trim());
@@ -243,8 +246,9 @@ fn every_reference_flag_is_explained_by_help_and_booleans_take_false() {
         &[
             "--leader-elect=true",
             "--profiling=false",
-            "--contention-profiling",
+            "--contention-profiling=false",
         ],
+        &["--profiling", "--contention-profiling"],
         &["--autoscaler-scaledown-annotation-during-rollout=false"],
         &["--honour-min-ready-seconds"],
         &["--orphan-collection-dry-run=false", "--v=3"],
@@ -276,10 +280,14 @@ fn flags_without_effect_warn_when_set() {
     let stderr = run(&[
         "--min-resync-period=1h",
         "--kube-api-content-type=application/json",
+        "--vmodule=machine*=4",
+        "--log-flush-frequency=5s",
     ]);
     for (flag, why) in [
         ("--min-resync-period", "caches are event driven"),
         ("--kube-api-content-type", "requests are JSON"),
+        ("--vmodule", "RUST_LOG"),
+        ("--log-flush-frequency", "written at once"),
     ] {
         let line = stderr
             .lines()
@@ -293,6 +301,30 @@ fn flags_without_effect_warn_when_set() {
         "--min-resync-period=12h",
     ]);
     assert!(!stderr.contains("it has no effect"), "{stderr}");
+}
+
+/// The reference's start-up validation (`MCMServer.Validate`, `MCServer.Validate`): every problem at once, in its
+/// words and as `utilerrors.NewAggregate` lists them, exit code 1, before any client or controller starts.
+#[test]
+fn flags_the_reference_refuses_at_start_are_refused_with_its_messages() {
+    let output = Command::new(env!("CARGO_BIN_EXE_mcm"))
+        .args(["run", "--provider", "sim", "--control-kubeconfig", "/nonexistent"])
+        .args(["--concurrent-syncs=0", "--kube-api-qps=0", "--safety-up=-1"])
+        .output()
+        .expect("mcm runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(
+            "[concurrent syncs should be greater than zero: got: 0, kube api qps should be greater than zero: got: \
+             0.000000, safety up should be a non negative value: got: -1]"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("/nonexistent"),
+        "refused before the kubeconfig is read: {stderr}"
+    );
 }
 
 /// A drain refused by a PodDisruptionBudget (429) is retried by the controller on `--machine-evict-retry-interval`,
