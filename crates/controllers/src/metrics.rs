@@ -4,12 +4,14 @@
 //! Machine, MachineSet and MachineDeployment state is read from the controllers' caches at scrape time, so keeping
 //! it costs nothing between scrapes; the machine step durations are set by the machine controller as each step
 //! completes; provider calls are counted and timed by [`MeteredDriver`], which wraps any [`Driver`]; reconciles are
-//! counted, timed and followed by a [`ReconcileMeter`] per controller. Every metric is listed in
-//! docs/machine-controller.md.
+//! counted, timed and followed by a [`ReconcileMeter`] per controller, which mirrors its work queue; the requests of
+//! every kube client are counted by [`RestMetricsLayer`]; the process figures are read from `/proc` at scrape time.
+//! Every metric is listed in docs/operations.md.
 //!
 //! This file holds [`Metrics`] and its scrape; the submodules hold the label sets and families (`labels`), their
 //! registration (`register`), the cache-fed gauges (`scrape`), the machine step gauges (`steps`), the reconcile
-//! meters (`reconcile`), the metered driver (`driver`) and the HTTP endpoints (`server`).
+//! meters (`reconcile`) and the work queue mirror (`queue`), the metered driver (`driver`), the REST client layer
+//! (`rest`), the process collector (`process`) and the HTTP endpoints (`server`).
 
 mod driver;
 mod labels;
@@ -236,7 +238,7 @@ fn unprefixed() -> &'static Registry {
     static REGISTRY: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(|| {
         let mut registry = Registry::default();
         rest::register(&mut registry, RestMetrics::global());
-        registry.register_collector(Box::new(process::ProcessCollector::default()));
+        registry.register_collector(Box::new(process::ProcessCollector));
         registry
     });
     &REGISTRY

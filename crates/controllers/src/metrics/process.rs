@@ -124,3 +124,40 @@ impl Collector for ProcessCollector {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_process_figures_are_read_from_proc() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(Box::new(super::ProcessCollector));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let value = |name: &str| -> f64 {
+            let prefix = format!("{name} ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&prefix))
+                .unwrap_or_else(|| panic!("{name}\n{text}"))
+                .parse()
+                .unwrap()
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        // This test process: started before now, with stdin/stdout/stderr open, some memory, a limit on files.
+        let started = value("process_start_time_seconds");
+        assert!(started > 1.0e9 && started <= now + 1.0, "{text}");
+        assert!(value("process_open_fds") >= 3.0, "{text}");
+        assert!(value("process_max_fds") >= value("process_open_fds"), "{text}");
+        assert!(value("process_resident_memory_bytes") > 0.0, "{text}");
+        assert!(
+            value("process_virtual_memory_bytes") >= value("process_resident_memory_bytes"),
+            "{text}"
+        );
+        assert!(value("process_virtual_memory_max_bytes") > 0.0, "{text}");
+        assert!(value("process_cpu_seconds_total") >= 0.0, "{text}");
+        assert!(value("process_network_receive_bytes_total") >= 0.0, "{text}");
+        assert!(text.contains("# TYPE process_cpu_seconds counter"), "{text}");
+    }
+}

@@ -65,20 +65,16 @@ impl Mirror {
     /// A reconcile of `key` starts (`Get`): its entry is popped, and the time it waited since it was added is
     /// observed. A reconcile whose trigger was not seen counts as added now.
     pub(super) fn start(&mut self, handles: &QueueHandles, key: WorkKey, now: Instant) {
-        match self.entries.remove(&key) {
-            Some(entry) => {
-                if !entry.added {
-                    handles.adds.inc();
-                }
-                handles
-                    .queue_duration
-                    .observe(now.saturating_duration_since(entry.due).as_secs_f64());
-            }
-            None => {
-                handles.adds.inc();
-                handles.queue_duration.observe(0.0);
-            }
+        let (added, since) = self
+            .entries
+            .remove(&key)
+            .map_or((false, now), |entry| (entry.added, entry.due));
+        if !added {
+            handles.adds.inc();
         }
+        handles
+            .queue_duration
+            .observe(now.saturating_duration_since(since).as_secs_f64());
         self.running.insert(key, now);
     }
 

@@ -273,7 +273,9 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::url_template;
+    use tower::{Layer as _, Service as _, ServiceExt as _};
+
+    use super::{RestMetricsLayer, url_template};
 
     const BASE: &str = "https://127.0.0.1:6443";
 
@@ -310,5 +312,53 @@ mod tests {
         ] {
             assert_eq!(url_template(BASE, path), format!("{BASE}{template}"), "{path}");
         }
+    }
+
+    #[tokio::test]
+    async fn every_request_is_counted_by_code_method_and_host_and_timed_by_template() {
+        // A host of its own: the families are the process's, other tests count into them too.
+        let layer = RestMetricsLayer::new(&"https://rest-layer-test.invalid:6443".parse().unwrap());
+        let mut service = layer.layer(tower::service_fn(|request: http::Request<()>| {
+            let status = if request.uri().path().ends_with("/gone") {
+                404
+            } else {
+                200
+            };
+            // An Unpin future, as the kube client's (boxed) futures are.
+            std::future::ready(Ok::<_, std::convert::Infallible>(
+                http::Response::builder().status(status).body(()).unwrap(),
+            ))
+        }));
+        for (method, uri) in [
+            (http::Method::GET, "/api/v1/namespaces/ns/pods/gone"),
+            (http::Method::GET, "/api/v1/namespaces/ns/pods/p-1"),
+            (http::Method::GET, "/api/v1/namespaces/ns/pods/p-2"),
+            (
+                http::Method::GET,
+                "/api/v1/namespaces/ns/pods?watch=true&resourceVersion=7",
+            ),
+            (http::Method::DELETE, "/api/v1/namespaces/ns/pods/p-1"),
+        ] {
+            let request = http::Request::builder().method(method).uri(uri).body(()).unwrap();
+            service.ready().await.unwrap().call(request).await.unwrap();
+        }
+        let mut registry = prometheus_client::registry::Registry::default();
+        super::register(&mut registry, super::RestMetrics::global());
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let host = r#"host="rest-layer-test.invalid:6443""#;
+        for expected in [
+            format!(r#"rest_client_requests_total{{code="404",method="GET",{host}}} 1"#),
+            format!(r#"rest_client_requests_total{{code="200",method="GET",{host}}} 3"#),
+            format!(r#"rest_client_requests_total{{code="200",method="DELETE",{host}}} 1"#),
+            // Two names, one template; the watch is not timed (as client-go).
+            r#"rest_client_request_latency_seconds_count{verb="GET",url="https://rest-layer-test.invalid:6443/api/v1/namespaces/%7Bnamespace%7D/pods/%7Bname%7D"} 3"#.to_owned(),
+        ] {
+            assert!(text.contains(&expected), "{expected}\n{text}");
+        }
+        assert!(
+            !text.contains("rest-layer-test.invalid:6443/api/v1/namespaces/%7Bnamespace%7D/pods?"),
+            "{text}"
+        );
     }
 }

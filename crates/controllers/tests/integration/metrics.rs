@@ -169,7 +169,8 @@ async fn metrics_follow_a_deployment_from_creation_to_deletion() {
         &[("machine_deployment", DEPLOYMENT), ("instance_type", "small")],
     );
     assert_eq!(join.len(), 1, "{steady}");
-    assert!(join[0] > 0.0, "{steady}");
+    // In whole seconds, as the reference rounds it.
+    assert!(join[0] >= 0.0 && join[0].fract() == 0.0, "{steady}");
     // The info gauges carry the reference's labels.
     let machines = cluster
         .machines()
@@ -253,11 +254,33 @@ async fn metrics_follow_a_deployment_from_creation_to_deletion() {
             1,
             "{controller}\n{steady}"
         );
-        assert_eq!(
-            samples(&steady, "mcm_workqueue_depth", &[("name", controller)]).len(),
-            1,
-            "{controller}\n{steady}"
-        );
+        for family in [
+            "mcm_workqueue_depth",
+            "mcm_workqueue_adds_total",
+            "mcm_workqueue_queue_duration_seconds_count",
+            "mcm_workqueue_work_duration_seconds_count",
+            "mcm_workqueue_unfinished_work_seconds",
+            "mcm_workqueue_longest_running_processor_seconds",
+            "mcm_workqueue_retries_total",
+        ] {
+            assert_eq!(
+                samples(&steady, family, &[("name", controller)]).len(),
+                1,
+                "{family} {controller}\n{steady}"
+            );
+        }
+        // The reconciles went through the queue: added, waited and worked (the exact counts are the unit tests').
+        let of = [("name", controller)];
+        for family in [
+            "mcm_workqueue_adds_total",
+            "mcm_workqueue_queue_duration_seconds_count",
+            "mcm_workqueue_work_duration_seconds_count",
+        ] {
+            assert!(
+                value(&steady, family, &of).unwrap() >= 1.0,
+                "{family} {controller}\n{steady}"
+            );
+        }
     }
 
     // Deleting a machine: it is drained and its VM deleted (the delete and drain gauges appear), the set replaces

@@ -94,7 +94,7 @@ fn the_meter_follows_the_queue_as_client_go_counts_it() {
     // m1 is picked up; a mapped trigger for it while it runs makes it dirty again (held, counted in the depth).
     let running = meter.start(&m1);
     assert_eq!(queue(&metrics), [1.0, 2.0, 0.0, 1.0, 0.0]);
-    let mapper = meter.mapper(|_: ()| Some(ObjectRef::<Machine>::new("m1").within("ns")));
+    let mapper = meter.mapper(|(): ()| Some(ObjectRef::<Machine>::new("m1").within("ns")));
     assert_eq!(mapper(()).len(), 1);
     assert_eq!(queue(&metrics), [2.0, 3.0, 0.0, 1.0, 0.0]);
     let text = metrics.encode();
