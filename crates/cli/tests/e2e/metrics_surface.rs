@@ -202,6 +202,8 @@ const QUEUES: &[&str] = &[
     "machinedeployment",
     "machineclass",
     "secret",
+    "machinesafetyorphanvms",
+    "machinesafetyapiserver",
 ];
 
 /// The label names of each sample of `family` (histograms by their `_count`), `le` aside.
@@ -312,7 +314,13 @@ fn after_a_clean_lifecycle_every_reference_family_is_there_with_its_labels() {
             assert!(text.contains(&sample), "{sample}\n{text}");
         }
     }
-    for queue in ["machine", "machineset", "machinedeployment"] {
+    for queue in [
+        "machine",
+        "machineset",
+        "machinedeployment",
+        "machinesafetyorphanvms",
+        "machinesafetyapiserver",
+    ] {
         let adds = format!("mcm_workqueue_adds_total{{name=\"{queue}\"}} ");
         let value: f64 = text
             .lines()

@@ -161,6 +161,22 @@ impl ReconcileMeter {
         }))
     }
 
+    /// Notes that one pass of a periodic loop starts (the reference's safety queues hold one item, re-added each
+    /// period): added and picked up now. Finish the guard with `Some(&Action::await_change())` when the pass ends.
+    pub fn pass(&self) -> ReconcileGuard {
+        let Some(shared) = &self.0 else {
+            return ReconcileGuard(None);
+        };
+        let key = (String::new(), shared.queue.name.clone());
+        let started = Instant::now();
+        shared.mirror().start(&shared.handles, key.clone(), started);
+        ReconcileGuard(Some(GuardInner {
+            shared: shared.clone(),
+            key,
+            started,
+        }))
+    }
+
     /// The controller's own objects as they come from its watch, each one a trigger: pass the result to
     /// `Controller::for_stream` in place of the stream.
     pub fn triggers<K, E>(
@@ -209,10 +225,7 @@ impl ReconcileMeter {
         Q: std::error::Error + 'static,
     {
         if let (Some(shared), Err(controller::Error::ObjectNotFound(reference))) = (&self.0, result) {
-            shared.mirror().dropped(&(
-                reference.namespace.clone().unwrap_or_default(),
-                reference.name.clone(),
-            ));
+            shared.mirror().dropped(&reference_key(reference));
         }
     }
 

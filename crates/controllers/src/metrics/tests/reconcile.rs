@@ -174,3 +174,29 @@ async fn the_wrapped_reconciler_is_metered() {
         "{text}"
     );
 }
+
+#[test]
+fn a_pass_of_a_periodic_loop_is_one_add_one_get_one_done() {
+    let metrics = Arc::new(Metrics::new());
+    let meter = Metrics::reconcile_meter(Some(&metrics), "machinesafetyorphanvms");
+    let pass = meter.pass();
+    let text = metrics.encode();
+    assert!(
+        text.contains(r#"mcm_workqueue_adds_total{name="machinesafetyorphanvms"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"mcm_workqueue_depth{name="machinesafetyorphanvms"} 0"#),
+        "{text}"
+    );
+    pass.finish(Some(&Action::await_change()));
+    meter.pass().finish(Some(&Action::await_change()));
+    let text = metrics.encode();
+    for expected in [
+        r#"mcm_workqueue_adds_total{name="machinesafetyorphanvms"} 2"#,
+        r#"mcm_workqueue_work_duration_seconds_count{name="machinesafetyorphanvms"} 2"#,
+        r#"mcm_workqueue_queue_duration_seconds_count{name="machinesafetyorphanvms"} 2"#,
+    ] {
+        assert!(text.contains(expected), "{expected}\n{text}");
+    }
+}
