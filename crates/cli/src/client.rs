@@ -1,6 +1,6 @@
 //! Kubernetes clients from the command line: a kubeconfig file, the in-cluster configuration of a pod, or no
 //! cluster at all (`--target-kubeconfig none`), each with the client-side request rate limit of `--kube-api-qps`
-//! and `--kube-api-burst`, as the reference's clients have.
+//! and `--kube-api-burst`, as the reference's clients have, and client-go's REST client metrics.
 
 use std::{path::Path, time::Duration};
 
@@ -84,13 +84,17 @@ pub(crate) async fn connect(source: &Source, limit: RateLimit) -> anyhow::Result
         )?,
         Source::Kubeconfig(path) => config_from(path).await?,
     };
+    // client-go's REST client metrics (`rest_client_*`) count every request, outermost so that the rate limit's wait
+    // is part of the latency, as in client-go.
+    let metered = mcm_controllers::metrics::RestMetricsLayer::new(&config.cluster_url);
     let builder = kube::client::ClientBuilder::try_from(without_client_retries(config))
         .context("building the client")?;
     Ok(Some(match limit.window() {
         Some((requests, per)) => builder
             .with_layer(&tower::limit::RateLimitLayer::new(requests, per))
+            .with_layer(&metered)
             .build(),
-        None => builder.build(),
+        None => builder.with_layer(&metered).build(),
     }))
 }
 

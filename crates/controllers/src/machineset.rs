@@ -53,6 +53,8 @@ struct Context {
     warned: crate::invalid::Warned,
     /// The sets and machines warned about for settings that have no effect.
     no_effect: crate::ignored::NoEffect,
+    /// Counts the stale machines removed (`mcm_machine_stale_machines_total`).
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Context {
@@ -82,16 +84,26 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let namespace = config.namespace.clone();
-    let controller = Controller::new(
-        Api::<MachineSet>::namespaced(client.clone(), &namespace),
-        watcher::Config::default(),
+    // The set queue's triggers are metered (the work queue metrics): the controller is built on its own watch.
+    let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machineset");
+    let (sets, set_writer) = reflector::store::<MachineSet>();
+    let controller = Controller::for_stream(
+        meter.triggers(
+            reflector::reflector(
+                set_writer,
+                watcher(
+                    Api::<MachineSet>::namespaced(client.clone(), &namespace),
+                    watcher::Config::default(),
+                ),
+            )
+            .applied_objects(),
+        ),
+        sets.clone(),
     );
-    let sets = controller.store();
     let set_store = sets.clone();
     if let Some(metrics) = &metrics {
         metrics.attach_machine_sets(sets.clone());
     }
-    let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machineset", &sets);
     let (machines, writer) = reflector::store::<Machine>();
     let owners = crate::owners::OwnerIndex::default();
     let machine_stream = watcher(
@@ -130,10 +142,11 @@ pub async fn run(
         expectations: std::sync::Mutex::default(),
         warned: crate::invalid::Warned::default(),
         no_effect: crate::ignored::NoEffect::default(),
+        metrics: metrics.clone(),
     });
     let shutdown = shutdown.boxed().shared();
     let work = controller
-        .watches_stream(machine_stream, by_machine)
+        .watches_stream(machine_stream, meter.mapper(by_machine))
         .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown.clone())
         .run(
@@ -144,9 +157,12 @@ pub async fn run(
             meter.error_policy(error_policy),
             context,
         )
-        .for_each(|result| async move {
-            if let Err(err) = result {
-                tracing::debug!(error = %err, "machine set reconcile ended with an error");
+        .for_each(|result| {
+            meter.outcome(&result);
+            async move {
+                if let Err(err) = result {
+                    tracing::debug!(error = %err, "machine set reconcile ended with an error");
+                }
             }
         });
     crate::cache::until_stopped(work, &set_store, shutdown).await;
@@ -321,6 +337,13 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
         {
             Ok(_) => {
                 crash_point!(SetDeleteMachine, &name);
+                let deleted =
+                    ObjectRef::<Machine>::new(&deletion.name).within(&set.namespace().unwrap_or_default());
+                if let (Some(metrics), Some(machine)) = (&ctx.metrics, ctx.machines.get(&deleted))
+                    && crate::metrics::turned_stale(&machine)
+                {
+                    metrics.stale_machine_removed();
+                }
                 ctx.recorder
                     .record(
                         &*set,

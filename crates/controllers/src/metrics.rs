@@ -4,17 +4,22 @@
 //! Machine, MachineSet and MachineDeployment state is read from the controllers' caches at scrape time, so keeping
 //! it costs nothing between scrapes; the machine step durations are set by the machine controller as each step
 //! completes; provider calls are counted and timed by [`MeteredDriver`], which wraps any [`Driver`]; reconciles are
-//! counted, timed and followed by a [`ReconcileMeter`] per controller. Every metric is listed in
-//! docs/machine-controller.md.
+//! counted, timed and followed by a [`ReconcileMeter`] per controller, which mirrors its work queue; the requests of
+//! every kube client are counted by [`RestMetricsLayer`]; the process figures are read from `/proc` at scrape time.
+//! Every metric is listed in docs/operations.md.
 //!
 //! This file holds [`Metrics`] and its scrape; the submodules hold the label sets and families (`labels`), their
 //! registration (`register`), the cache-fed gauges (`scrape`), the machine step gauges (`steps`), the reconcile
-//! meters (`reconcile`), the metered driver (`driver`) and the HTTP endpoints (`server`).
+//! meters (`reconcile`) and the work queue mirror (`queue`), the metered driver (`driver`), the REST client layer
+//! (`rest`), the process collector (`process`) and the HTTP endpoints (`server`).
 
 mod driver;
 mod labels;
+mod process;
+mod queue;
 mod reconcile;
 mod register;
+mod rest;
 mod scrape;
 mod server;
 mod steps;
@@ -32,13 +37,14 @@ use prometheus_client::{
 
 pub use driver::MeteredDriver;
 pub use reconcile::{ReconcileGuard, ReconcileMeter, requeue_after};
+pub use rest::{RestMetrics, RestMetricsLayer, url_template};
 pub use scrape::{condition_value, phase_value};
 pub use server::serve;
 pub use steps::{MachineStep, elapsed, placement};
 
 use labels::{
-    DeploymentFamilies, FailedLabels, MachineFamilies, OperationLabels, ReconcileFamilies, SetFamilies,
-    StepFamilies,
+    DeploymentFamilies, FailedLabels, MachineFamilies, OperationLabels, QueueFamilies, ReconcileFamilies,
+    ScrapeFailureLabels, SetFamilies, StepFamilies,
 };
 use reconcile::MeterShared;
 
@@ -53,12 +59,15 @@ pub struct Metrics {
     deployments: DeploymentFamilies,
     steps: StepFamilies,
     reconciles: ReconcileFamilies,
+    queues: QueueFamilies,
     meters: Mutex<Vec<Arc<MeterShared>>>,
     frozen: Gauge,
     driver_duration: Family<OperationLabels, Histogram>,
     driver_failed: Family<FailedLabels, Counter>,
     orphan_vms_found: Counter,
     orphan_vms_deleted: Counter,
+    stale_machines: Counter,
+    scrape_failures: Family<ScrapeFailureLabels, Counter>,
     readiness: Mutex<Vec<(String, ReadinessCheck)>>,
     /// Families of others (an in-process provider's own) encoded into every scrape after ours.
     extra: Mutex<Vec<ExtraFamilies>>,
@@ -151,6 +160,12 @@ impl Metrics {
         self.orphan_vms_deleted.inc();
     }
 
+    /// Counts a machine deleted by its set while Failed after a health check
+    /// (`mcm_machine_stale_machines_total`, as the reference counts it).
+    pub fn stale_machine_removed(&self) {
+        self.stale_machines.inc();
+    }
+
     /// Reads machine state from this cache at scrape time (the machine controller attaches its own).
     pub fn attach_machines(&self, machines: Store<Machine>) {
         let _ = self.machines.set(machines);
@@ -187,13 +202,44 @@ impl Metrics {
         let mut out = String::new();
         // Writing into a String cannot fail; an extra source that fails loses only its own families.
         let _ = prometheus_client::encoding::text::encode_registry(&mut out, &self.registry);
+        // The process-wide families without the `mcm` prefix: `rest_client_*` and `process_*`.
+        let _ = prometheus_client::encoding::text::encode_registry(&mut out, unprefixed());
         for families in self.extra.lock().unwrap_or_else(PoisonError::into_inner).iter() {
             let mut text = String::new();
             if families(&mut text).is_ok() {
                 out.push_str(&text);
+            } else {
+                self.scrape_failures
+                    .get_or_create(&ScrapeFailureLabels {
+                        binary: labels::PROVIDER_BINARY,
+                        kind: labels::EXTRA_FAMILIES_KIND,
+                    })
+                    .inc();
             }
         }
         let _ = prometheus_client::encoding::text::encode_eof(&mut out);
         out
     }
+}
+
+/// Whether a machine deleted by its set counts in `mcm_machine_stale_machines_total`: Failed after a health check
+/// (its last operation a `HealthCheck`, i.e. unhealthy for too long), as the reference counts it.
+pub fn turned_stale(machine: &Machine) -> bool {
+    machine.status.as_ref().is_some_and(|status| {
+        machine.phase() == Some(mcm_api::MachinePhase::Failed)
+            && status.last_operation.r#type == Some(mcm_api::MachineOperationType::HealthCheck)
+    })
+}
+
+/// The registry of the process-wide families that carry no `mcm` prefix, as client-go's and the Prometheus client's:
+/// the REST client metrics of every API client of the process ([`RestMetrics`]) and the process metrics read from
+/// `/proc`. One per process, as client-go's are: every [`Metrics`] serves it.
+fn unprefixed() -> &'static Registry {
+    static REGISTRY: std::sync::LazyLock<Registry> = std::sync::LazyLock::new(|| {
+        let mut registry = Registry::default();
+        rest::register(&mut registry, RestMetrics::global());
+        registry.register_collector(Box::new(process::ProcessCollector));
+        registry
+    });
+    &REGISTRY
 }

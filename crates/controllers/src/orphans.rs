@@ -280,6 +280,8 @@ impl Collector {
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()> + Send) {
         let mut shutdown = std::pin::pin!(shutdown);
         let mut next = tokio::time::Instant::now();
+        // A pass is the work of the reference's `machinesafetyorphanvms` queue.
+        let meter = Metrics::reconcile_meter(self.metrics.as_ref(), "machinesafetyorphanvms");
         loop {
             tokio::select! {
                 () = &mut shutdown => return,
@@ -293,10 +295,12 @@ impl Collector {
                     let _ = self.trigger.0.notified().now_or_never();
                 }
             }
+            let guard = meter.pass();
             let recheck = tokio::select! {
                 () = &mut shutdown => return,
                 recheck = self.pass() => recheck,
             };
+            guard.finish(Some(&kube::runtime::controller::Action::await_change()));
             let mut wait = self.config.period;
             if let Some(at) = recheck {
                 let until = Duration::try_from(at.duration_since(jiff::Timestamp::now())).unwrap_or_default();

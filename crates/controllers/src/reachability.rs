@@ -72,7 +72,10 @@ pub async fn run(
     let limit = (settings.timeout / 5).max(Duration::from_millis(200));
     let machines: Api<Machine> = Api::namespaced(control.clone(), &config.namespace);
     tokio::pin!(shutdown);
+    // A probe is the work of the reference's `machinesafetyapiserver` queue.
+    let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machinesafetyapiserver");
     loop {
+        let probe = meter.pass();
         let control_up = answers(machines.clone(), limit).await;
         let target_up = match &target {
             Some(target) => answers(Api::<Node>::all(target.clone()), limit).await,
@@ -100,6 +103,7 @@ pub async fn run(
             }
             Change::None => {}
         }
+        probe.finish(Some(&kube::runtime::controller::Action::await_change()));
         tokio::select! {
             () = &mut shutdown => return,
             () = tokio::time::sleep(state.next_probe(settings)) => {}

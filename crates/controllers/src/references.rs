@@ -176,7 +176,17 @@ pub async fn run(
     })
     .try_flatten();
     let class_api = Api::<MachineClass>::namespaced(client.clone(), &namespace);
-    let class_controller = Controller::new(class_api, watcher::Config::default());
+    // Both queues' triggers are metered (the work queue metrics): each controller is built on its own watch.
+    let class_meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machineclass");
+    let secret_meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "secret");
+    let (class_store, class_store_writer) = reflector::store::<MachineClass>();
+    let class_controller = Controller::for_stream(
+        class_meter.triggers(
+            reflector::reflector(class_store_writer, watcher(class_api, watcher::Config::default()))
+                .applied_objects(),
+        ),
+        class_store,
+    );
     // Secrets decoded one at a time (crate::secrets): one that cannot be decoded is still seen, by its metadata,
     // and cannot stop the others.
     let (secrets, secret_writer) = reflector::store::<Secret>();
@@ -185,7 +195,7 @@ pub async fn run(
             .default_backoff()
             .reflect(secret_writer)
             .applied_objects();
-    let secret_controller = Controller::for_stream(secret_objects, secrets.clone());
+    let secret_controller = Controller::for_stream(secret_meter.triggers(secret_objects), secrets.clone());
     let context = Arc::new(Context {
         client: client.clone(),
         namespace: namespace.clone(),
@@ -197,14 +207,15 @@ pub async fn run(
         warned: crate::invalid::Warned::default(),
     });
 
-    let class_meter =
-        crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machineclass", &context.classes);
     let class_namespace = namespace.clone();
     let classes_done = class_controller
-        .watches_stream(class_changes, move |machine: Machine| {
-            (machine.spec.class.kind == MachineClass::KIND)
-                .then(|| ObjectRef::new(&machine.spec.class.name).within(&class_namespace))
-        })
+        .watches_stream(
+            class_changes,
+            class_meter.mapper(move |machine: Machine| {
+                (machine.spec.class.kind == MachineClass::KIND)
+                    .then(|| ObjectRef::new(&machine.spec.class.name).within(&class_namespace))
+            }),
+        )
         .graceful_shutdown_on(shutdown.clone())
         .run(
             class_meter.reconcile(crate::logging::traced(
@@ -214,7 +225,10 @@ pub async fn run(
             class_meter.error_policy(error_policy::<MachineClass>),
             context.clone(),
         )
-        .for_each(|_| async {});
+        .for_each(|result| {
+            class_meter.outcome(&result);
+            async {}
+        });
     let classes_done = crate::cache::until_stopped(classes_done, &context.classes, shutdown.clone());
 
     // Secrets are looked at when a class changes: those it refers to, and those we hold (a reference may just have
@@ -228,33 +242,35 @@ pub async fn run(
     .reflect(class_writer)
     .touched_objects();
     let secret_store = secrets.clone();
-    let secret_meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "secret", &secrets);
     let secret_namespace = namespace.clone();
     let secrets_done = secret_controller
-        .watches_stream(class_stream, move |class: MachineClass| {
-            let mut refs: Vec<ObjectRef<Secret>> = [&class.secret_ref, &class.credentials_secret_ref]
-                .into_iter()
-                .flatten()
-                .filter_map(|r| {
-                    let namespace = r
-                        .namespace
-                        .clone()
-                        .filter(|n| !n.is_empty())
-                        .unwrap_or_else(|| secret_namespace.clone());
-                    r.name
-                        .as_ref()
-                        .map(|name| ObjectRef::new(name).within(&namespace))
-                })
-                .collect();
-            refs.extend(
-                secrets
-                    .state()
-                    .iter()
-                    .filter(|s| s.has_finalizer(keys::finalizers::SECRET))
-                    .map(|s| ObjectRef::from_obj(&**s)),
-            );
-            refs
-        })
+        .watches_stream(
+            class_stream,
+            secret_meter.mapper(move |class: MachineClass| {
+                let mut refs: Vec<ObjectRef<Secret>> = [&class.secret_ref, &class.credentials_secret_ref]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|r| {
+                        let namespace = r
+                            .namespace
+                            .clone()
+                            .filter(|n| !n.is_empty())
+                            .unwrap_or_else(|| secret_namespace.clone());
+                        r.name
+                            .as_ref()
+                            .map(|name| ObjectRef::new(name).within(&namespace))
+                    })
+                    .collect();
+                refs.extend(
+                    secrets
+                        .state()
+                        .iter()
+                        .filter(|s| s.has_finalizer(keys::finalizers::SECRET))
+                        .map(|s| ObjectRef::from_obj(&**s)),
+                );
+                refs
+            }),
+        )
         .graceful_shutdown_on(shutdown.clone())
         .run(
             secret_meter.reconcile(crate::logging::traced(
@@ -273,7 +289,10 @@ pub async fn run(
                 warned: crate::invalid::Warned::default(),
             }),
         )
-        .for_each(|_| async {});
+        .for_each(|result| {
+            secret_meter.outcome(&result);
+            async {}
+        });
     let secrets_done = crate::cache::until_stopped(secrets_done, &secret_store, shutdown);
     tokio::join!(classes_done, secrets_done);
 }

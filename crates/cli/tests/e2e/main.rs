@@ -19,6 +19,7 @@ mod deploy_manifests;
 mod deploy_rbac;
 mod examples_command;
 mod leader_failover;
+mod metrics_surface;
 mod node_agent;
 mod provider_aws;
 mod provider_aws_e2e;

@@ -27,8 +27,16 @@ pub async fn run(
     let inlet = node_deletion.as_ref().map(|(_, (inlet, _))| inlet.clone());
     let namespace = config.namespace.clone();
     let machines_api: Api<Machine> = Api::namespaced(control.clone(), &namespace);
-    let controller = Controller::new(machines_api, watcher::Config::default());
-    let machines = controller.store();
+    // The machine queue's triggers are metered (the work queue metrics): the controller is built on its own watch.
+    let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machine");
+    let (machines, machine_writer) = reflector::store::<Machine>();
+    let controller = Controller::for_stream(
+        meter.triggers(
+            reflector::reflector(machine_writer, watcher(machines_api, watcher::Config::default()))
+                .applied_objects(),
+        ),
+        machines.clone(),
+    );
     if let Some(metrics) = &metrics {
         metrics.attach_machines(machines.clone());
     }
@@ -95,8 +103,8 @@ pub async fn run(
         }
     };
     let mut controller = controller
-        .watches_stream(class_stream, by_class)
-        .watches_stream(secret_stream, by_secret);
+        .watches_stream(class_stream, meter.mapper(by_class))
+        .watches_stream(secret_stream, meter.mapper(by_secret));
 
     let node_index = NodeIndex::default();
     let nodes = if let Some(target) = &target {
@@ -136,7 +144,7 @@ pub async fn run(
                 .filter(|reference| machines.get(reference).is_some())
                 .collect::<Vec<_>>()
         };
-        controller = controller.watches_stream(node_stream, by_node);
+        controller = controller.watches_stream(node_stream, meter.mapper(by_node));
         Some(nodes)
     } else {
         None
@@ -177,7 +185,6 @@ pub async fn run(
         .boxed(),
         _ => futures::future::ready(()).boxed(),
     };
-    let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machine", &context.machines);
     let store = context.machines.clone();
     let work = controller
         .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
@@ -187,9 +194,12 @@ pub async fn run(
             meter.error_policy(error_policy),
             context,
         )
-        .for_each(|result| async move {
-            if let Err(err) = result {
-                tracing::debug!(error = %err, "machine reconcile ended with an error");
+        .for_each(|result| {
+            meter.outcome(&result);
+            async move {
+                if let Err(err) = result {
+                    tracing::debug!(error = %err, "machine reconcile ended with an error");
+                }
             }
         });
     tokio::join!(crate::cache::until_stopped(work, &store, shutdown), node_deletion);

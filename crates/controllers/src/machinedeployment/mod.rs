@@ -125,15 +125,25 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let namespace = config.namespace.clone();
-    let controller = Controller::new(
-        Api::<MachineDeployment>::namespaced(client.clone(), &namespace),
-        watcher::Config::default(),
+    // The deployment queue's triggers are metered (the work queue metrics): the controller is built on its own watch.
+    let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machinedeployment");
+    let (deployments, deployment_writer) = reflector::store::<MachineDeployment>();
+    let controller = Controller::for_stream(
+        meter.triggers(
+            reflector::reflector(
+                deployment_writer,
+                watcher(
+                    Api::<MachineDeployment>::namespaced(client.clone(), &namespace),
+                    watcher::Config::default(),
+                ),
+            )
+            .applied_objects(),
+        ),
+        deployments.clone(),
     );
-    let deployments = controller.store();
     if let Some(metrics) = &metrics {
         metrics.attach_machine_deployments(deployments.clone());
     }
-    let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machinedeployment", &deployments);
     let (sets, set_writer) = reflector::store::<MachineSet>();
     let set_stream = watcher(
         Api::<MachineSet>::namespaced(client.clone(), &namespace),
@@ -208,16 +218,19 @@ pub async fn run(
             let machines = context.machines.clone();
             let sets = context.sets.clone();
             let namespace = namespace.clone();
-            controller.watches_stream(stream, move |node: Node| {
-                in_place::deployment_of_node(&node, &machines, &sets, &namespace)
-            })
+            controller.watches_stream(
+                stream,
+                meter.mapper(move |node: Node| {
+                    in_place::deployment_of_node(&node, &machines, &sets, &namespace)
+                }),
+            )
         }
         None => controller,
     };
     let shutdown = shutdown.boxed().shared();
     let work = controller
-        .watches_stream(set_stream, by_set)
-        .watches_stream(machine_stream, by_machine)
+        .watches_stream(set_stream, meter.mapper(by_set))
+        .watches_stream(machine_stream, meter.mapper(by_machine))
         .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown.clone())
         .run(
@@ -228,9 +241,12 @@ pub async fn run(
             meter.error_policy(error_policy),
             context,
         )
-        .for_each(|result| async move {
-            if let Err(err) = result {
-                tracing::debug!(error = %err, "machine deployment reconcile ended with an error");
+        .for_each(|result| {
+            meter.outcome(&result);
+            async move {
+                if let Err(err) = result {
+                    tracing::debug!(error = %err, "machine deployment reconcile ended with an error");
+                }
             }
         });
     crate::cache::until_stopped(work, &deployments, shutdown).await;

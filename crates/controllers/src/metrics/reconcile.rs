@@ -1,58 +1,69 @@
-//! [`ReconcileMeter`]: counts, times and follows the reconciles of one controller, and the work queue gauges read
-//! from the meters at scrape time. Separate because it follows kube-runtime's queue from the outside.
+//! [`ReconcileMeter`]: counts, times and follows the work of one controller — its reconciles
+//! (`mcm_controller_reconcile_*`) and its work queue as client-go's workqueue metrics see it (`mcm_workqueue_*`,
+//! mirrored in [`super::queue`]). Separate because it follows kube-runtime's queue from the outside.
 
 use std::{
-    collections::HashMap,
     future::Future,
     sync::{Arc, Mutex, PoisonError},
     time::{Duration, Instant},
 };
 
-use futures::future::BoxFuture;
+use futures::{Stream, StreamExt as _, future::BoxFuture};
 use kube::{
     Resource,
     runtime::{
-        controller::Action,
-        reflector::{ObjectRef, Store},
+        controller::{self, Action},
+        reflector::ObjectRef,
     },
 };
 
 use super::{
     Metrics,
-    labels::{ControllerLabels, QueueLabels, ReconcileFamilies, ReconcileLabels},
+    labels::{ControllerLabels, QueueLabels, ReconcileLabels},
+    queue::{Mirror, QueueHandles, WorkKey},
     scrape::count,
 };
 
 impl Metrics {
-    /// A [`ReconcileMeter`] for the controller named `controller` (also the `name` of its work queue metrics), whose
-    /// objects are in `store` (a requeue of an object gone from it is never run, so it stops counting). Without
-    /// metrics the meter does nothing.
-    pub fn reconcile_meter<K>(
-        metrics: Option<&Arc<Self>>,
-        controller: &str,
-        store: &Store<K>,
-    ) -> ReconcileMeter
-    where
-        K: Resource + Clone + Send + Sync + 'static,
-        K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
-    {
+    /// A [`ReconcileMeter`] for the controller named `controller`, also the `name` of its work queue metrics (the
+    /// reference's queue names: `machine`, `machineset`, ...). Its work queue families show a sample from now on.
+    /// Without metrics the meter does nothing.
+    pub fn reconcile_meter(metrics: Option<&Arc<Self>>, controller: &str) -> ReconcileMeter {
         let Some(metrics) = metrics else {
             return ReconcileMeter::default();
         };
-        let store = store.clone();
-        let shared = Arc::new(MeterShared {
+        let queue = QueueLabels {
+            name: controller.to_owned(),
+        };
+        let q = &metrics.queues;
+        // Every family of the queue shows its sample from the start, at 0.
+        q.depth.get_or_create(&queue).set(0);
+        q.longest_running.get_or_create(&queue).set(0.0);
+        q.unfinished.get_or_create(&queue).set(0.0);
+        let handles = QueueHandles {
+            adds: q.adds.get_or_create_owned(&queue),
+            retries: q.retries.get_or_create_owned(&queue),
+            queue_duration: q.queue_duration.get_or_create_owned(&queue),
+            work_duration: q.work_duration.get_or_create_owned(&queue),
+        };
+        let labels = ControllerLabels {
             controller: controller.to_owned(),
-            families: metrics.reconciles.clone(),
-            work: Mutex::default(),
-            exists: Box::new(move |(namespace, name): &WorkKey| {
-                let reference = ObjectRef::<K>::new_with(name, K::DynamicType::default());
-                let reference = if namespace.is_empty() {
-                    reference
-                } else {
-                    reference.within(namespace)
-                };
-                store.get(&reference).is_some()
+        };
+        let r = &metrics.reconciles;
+        let shared = Arc::new(MeterShared {
+            queue,
+            handles,
+            success: r.total.get_or_create_owned(&ReconcileLabels {
+                controller: controller.to_owned(),
+                result: "success".to_owned(),
             }),
+            error: r.total.get_or_create_owned(&ReconcileLabels {
+                controller: controller.to_owned(),
+                result: "error".to_owned(),
+            }),
+            errors: r.errors.get_or_create_owned(&labels),
+            duration: r.duration.get_or_create_owned(&labels),
+            mirror: Mutex::default(),
         });
         metrics
             .meters
@@ -66,24 +77,18 @@ impl Metrics {
         let meters = self.meters.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
         for meter in meters.iter() {
-            let queue = QueueLabels {
-                name: meter.controller.clone(),
-            };
-            let view = meter.queue(now);
-            let r = &self.reconciles;
-            r.depth.get_or_create(&queue).set(count(view.depth));
-            r.longest_running
-                .get_or_create(&queue)
+            let view = meter.mirror().view(&meter.handles, now);
+            let q = &self.queues;
+            q.depth.get_or_create(&meter.queue).set(count(view.depth));
+            q.longest_running
+                .get_or_create(&meter.queue)
                 .set(view.longest_running.as_secs_f64());
-            r.unfinished
-                .get_or_create(&queue)
+            q.unfinished
+                .get_or_create(&meter.queue)
                 .set(view.unfinished.as_secs_f64());
         }
     }
 }
-
-/// `(namespace, name)` of an object a controller reconciles.
-type WorkKey = (String, String);
 
 fn work_key(object: &impl Resource) -> WorkKey {
     let meta = object.meta();
@@ -93,98 +98,135 @@ fn work_key(object: &impl Resource) -> WorkKey {
     )
 }
 
-/// What a meter knows of its controller's work: reconciles running (since when) and requeues scheduled (due when).
-#[derive(Default)]
-struct Work {
-    running: HashMap<WorkKey, Instant>,
-    scheduled: HashMap<WorkKey, Instant>,
-    /// When `scheduled` grows past this, the requeues of objects gone from the cache are dropped (scrapes drop them
-    /// too; this bounds the map of a process that is never scraped).
-    prune_at: usize,
-}
-
-/// The work queue figures of one controller at one instant.
-struct QueueView {
-    depth: usize,
-    longest_running: Duration,
-    unfinished: Duration,
+fn reference_key<K: Resource>(reference: &ObjectRef<K>) -> WorkKey {
+    (
+        reference.namespace.clone().unwrap_or_default(),
+        reference.name.clone(),
+    )
 }
 
 pub(super) struct MeterShared {
-    controller: String,
-    families: ReconcileFamilies,
-    work: Mutex<Work>,
-    /// Whether the controller's cache still holds the object: kube-runtime drops a requeue of an object gone from
-    /// it without a reconcile, so such a requeue must stop counting.
-    exists: Box<dyn Fn(&WorkKey) -> bool + Send + Sync>,
+    queue: QueueLabels,
+    handles: QueueHandles,
+    success: prometheus_client::metrics::counter::Counter,
+    error: prometheus_client::metrics::counter::Counter,
+    errors: prometheus_client::metrics::counter::Counter,
+    duration: prometheus_client::metrics::histogram::Histogram,
+    mirror: Mutex<Mirror>,
 }
 
 impl MeterShared {
-    fn work(&self) -> std::sync::MutexGuard<'_, Work> {
-        self.work.lock().unwrap_or_else(PoisonError::into_inner)
+    fn mirror(&self) -> std::sync::MutexGuard<'_, Mirror> {
+        self.mirror.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn queue(&self, now: Instant) -> QueueView {
-        let mut work = self.work();
-        let due: Vec<WorkKey> = work
-            .scheduled
-            .iter()
-            .filter(|(_, due)| **due <= now)
-            .map(|(key, _)| key.clone())
-            .collect();
-        let mut waiting = 0;
-        for key in due {
-            if (self.exists)(&key) {
-                waiting += 1;
-            } else {
-                work.scheduled.remove(&key);
-            }
-        }
-        let running: Vec<Duration> = work.running.values().map(|since| now - *since).collect();
-        QueueView {
-            depth: running.len() + waiting,
-            longest_running: running.iter().max().copied().unwrap_or_default(),
-            unfinished: running.iter().sum(),
-        }
+    fn added(&self, key: WorkKey) {
+        let now = Instant::now();
+        self.mirror().schedule(&self.handles, key, now, now);
     }
 }
 
-/// Counts, times and follows the reconciles of one controller: `mcm_controller_reconcile_total{controller,result}`,
-/// `mcm_controller_reconcile_errors_total`, `mcm_controller_reconcile_duration_seconds` and the work queue gauges.
-/// kube-runtime's scheduler does not show its queue, so the meter follows what passes through the reconciler and
-/// the error policy ([`ReconcileMeter::reconcile`], [`ReconcileMeter::error_policy`]): which objects are being
-/// reconciled, and when each one's requeue is due. A default meter does nothing.
+/// Counts, times and follows the work of one controller: `mcm_controller_reconcile_total{controller,result}`,
+/// `mcm_controller_reconcile_errors_total`, `mcm_controller_reconcile_duration_seconds` and the work queue families.
+/// kube-runtime's scheduler does not show its queue, so the meter sees what goes into it — the triggers
+/// ([`ReconcileMeter::triggers`], [`ReconcileMeter::mapper`]) and the requeues ([`ReconcileMeter::reconcile`],
+/// [`ReconcileMeter::error_policy`]) — and what comes out ([`ReconcileMeter::start`] and
+/// [`ReconcileMeter::outcome`] for an object gone from the cache). A default meter does nothing.
 #[derive(Clone, Default)]
 pub struct ReconcileMeter(Option<Arc<MeterShared>>);
 
 impl std::fmt::Debug for ReconcileMeter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("ReconcileMeter")
-            .field(&self.0.as_ref().map(|m| m.controller.as_str()))
+            .field(&self.0.as_ref().map(|m| m.queue.name.as_str()))
             .finish()
     }
 }
 
 impl ReconcileMeter {
-    /// Notes that the reconcile of `object` starts: its earlier requeue, if any, is what started it (or was replaced
-    /// by an earlier trigger). The returned guard records the reconcile when it is finished, and forgets it if it
-    /// is dropped unfinished (a reconcile cancelled at shutdown counts nowhere).
+    /// Notes that the reconcile of `object` starts (its scheduler entry is popped). The returned guard records the
+    /// reconcile when it is finished, and forgets it if it is dropped unfinished (a reconcile cancelled at shutdown
+    /// counts nowhere).
     pub fn start(&self, object: &impl Resource) -> ReconcileGuard {
         let Some(shared) = &self.0 else {
             return ReconcileGuard(None);
         };
         let key = work_key(object);
         let started = Instant::now();
-        {
-            let mut work = shared.work();
-            work.scheduled.remove(&key);
-            work.running.insert(key.clone(), started);
-        }
+        shared.mirror().start(&shared.handles, key.clone(), started);
         ReconcileGuard(Some(GuardInner {
             shared: shared.clone(),
             key,
             started,
         }))
+    }
+
+    /// Notes that one pass of a periodic loop starts (the reference's safety queues hold one item, re-added each
+    /// period): added and picked up now. Finish the guard with `Some(&Action::await_change())` when the pass ends.
+    pub fn pass(&self) -> ReconcileGuard {
+        let Some(shared) = &self.0 else {
+            return ReconcileGuard(None);
+        };
+        let key = (String::new(), shared.queue.name.clone());
+        let started = Instant::now();
+        shared.mirror().start(&shared.handles, key.clone(), started);
+        ReconcileGuard(Some(GuardInner {
+            shared: shared.clone(),
+            key,
+            started,
+        }))
+    }
+
+    /// The controller's own objects as they come from its watch, each one a trigger: pass the result to
+    /// `Controller::for_stream` in place of the stream.
+    pub fn triggers<K, E>(
+        &self,
+        stream: impl Stream<Item = Result<K, E>> + Send + 'static,
+    ) -> impl Stream<Item = Result<K, E>> + Send + 'static
+    where
+        K: Resource + Send + 'static,
+        E: Send + 'static,
+    {
+        let meter = self.clone();
+        stream.inspect(move |item| {
+            if let (Some(shared), Ok(object)) = (&meter.0, item) {
+                shared.added(work_key(object));
+            }
+        })
+    }
+
+    /// A `watches_stream` mapper whose answers are each a trigger: pass the result in place of the mapper.
+    pub fn mapper<O, K, I>(
+        &self,
+        mapper: impl Fn(O) -> I + Send + Sync + 'static,
+    ) -> impl Fn(O) -> Vec<ObjectRef<K>> + Send + Sync + 'static
+    where
+        K: Resource,
+        I: IntoIterator<Item = ObjectRef<K>>,
+    {
+        let meter = self.clone();
+        move |other: O| {
+            let references: Vec<ObjectRef<K>> = mapper(other).into_iter().collect();
+            if let Some(shared) = &meter.0 {
+                for reference in &references {
+                    shared.added(reference_key(reference));
+                }
+            }
+            references
+        }
+    }
+
+    /// Follows one item of the controller's output: an object that has left the cache is dropped by the scheduler
+    /// without a reconcile, and leaves the queue.
+    pub fn outcome<K, E, Q>(&self, result: &Result<(ObjectRef<K>, Action), controller::Error<E, Q>>)
+    where
+        K: Resource,
+        E: std::error::Error + 'static,
+        Q: std::error::Error + 'static,
+    {
+        if let (Some(shared), Err(controller::Error::ObjectNotFound(reference))) = (&self.0, result) {
+            shared.mirror().dropped(&reference_key(reference));
+        }
     }
 
     /// `reconcile` metered: pass the result to `Controller::run` in place of the reconciler.
@@ -208,7 +250,8 @@ impl ReconcileMeter {
         }
     }
 
-    /// `error_policy` metered (the requeue it asks for is followed): pass the result to `Controller::run`.
+    /// `error_policy` metered (the requeue it asks for is followed, and counted as a retry): pass the result to
+    /// `Controller::run`.
     pub fn error_policy<K, C, E>(
         &self,
         policy: impl Fn(Arc<K>, &E, Arc<C>) -> Action,
@@ -221,6 +264,9 @@ impl ReconcileMeter {
             let key = work_key(&*object);
             let action = policy(object, error, context);
             if let Some(shared) = &meter.0 {
+                if requeue_after(&action).is_some() {
+                    shared.handles.retries.inc();
+                }
                 schedule(shared, key, &action);
             }
             action
@@ -228,24 +274,13 @@ impl ReconcileMeter {
     }
 }
 
+/// A requeue asked for by a reconcile or the error policy; `await_change` asks for none.
 fn schedule(shared: &MeterShared, key: WorkKey, action: &Action) {
-    let mut work = shared.work();
-    match requeue_after(action).and_then(|after| Instant::now().checked_add(after)) {
-        Some(due) => {
-            work.scheduled.insert(key, due);
-        }
-        None => {
-            work.scheduled.remove(&key);
-        }
-    }
-    if work.scheduled.len() > work.prune_at.max(PRUNE_AT_LEAST) {
-        work.scheduled.retain(|key, _| (shared.exists)(key));
-        work.prune_at = work.scheduled.len() * 2;
+    let now = Instant::now();
+    if let Some(due) = requeue_after(action).and_then(|after| now.checked_add(after)) {
+        shared.mirror().schedule(&shared.handles, key, due, now);
     }
 }
-
-/// The size of the requeue map below which it is never pruned.
-const PRUNE_AT_LEAST: usize = 1024;
 
 /// When `action` requeues, read from its `Debug` text (`Action { requeue_after: Some(5s) }`): kube-runtime keeps the
 /// field private. `None` for `await_change` (and, should the text ever change, for anything unreadable: the unit
@@ -275,27 +310,17 @@ impl ReconcileGuard {
     pub fn finish(mut self, outcome: Option<&Action>) {
         let Some(inner) = self.0.take() else { return };
         let shared = &inner.shared;
-        let controller = ControllerLabels {
-            controller: shared.controller.clone(),
-        };
-        shared
-            .families
-            .duration
-            .get_or_create(&controller)
-            .observe(inner.started.elapsed().as_secs_f64());
-        let result = if outcome.is_some() { "success" } else { "error" };
-        shared
-            .families
-            .total
-            .get_or_create(&ReconcileLabels {
-                controller: shared.controller.clone(),
-                result: result.to_owned(),
-            })
-            .inc();
-        if outcome.is_none() {
-            shared.families.errors.get_or_create(&controller).inc();
+        let took = inner.started.elapsed().as_secs_f64();
+        shared.duration.observe(took);
+        if outcome.is_some() {
+            shared.success.inc();
+        } else {
+            shared.error.inc();
+            shared.errors.inc();
         }
-        shared.work().running.remove(&inner.key);
+        if shared.mirror().finish(&inner.key).is_some() {
+            shared.handles.work_duration.observe(took);
+        }
         if let Some(action) = outcome {
             schedule(shared, inner.key.clone(), action);
         }
@@ -305,7 +330,7 @@ impl ReconcileGuard {
 impl Drop for ReconcileGuard {
     fn drop(&mut self) {
         if let Some(inner) = self.0.take() {
-            inner.shared.work().running.remove(&inner.key);
+            inner.shared.mirror().finish(&inner.key);
         }
     }
 }

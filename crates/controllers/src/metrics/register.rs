@@ -11,8 +11,8 @@ use prometheus_client::{
 use super::{
     Metrics,
     labels::{
-        DeploymentFamilies, FailedLabels, MachineFamilies, ObjectLabels, OperationLabels, ReconcileFamilies,
-        SetFamilies, StepFamilies,
+        DeploymentFamilies, FailedLabels, MachineFamilies, ObjectLabels, OperationLabels, QueueFamilies,
+        ReconcileFamilies, SCRAPE_FAILURE_KINDS, ScrapeFailureLabels, SetFamilies, StepFamilies,
     },
 };
 
@@ -26,6 +26,12 @@ impl Metrics {
         let deployments = DeploymentFamilies::default();
         let steps = StepFamilies::default();
         let reconciles = ReconcileFamilies::default();
+        let queues = QueueFamilies::default();
+        let stale_machines = Counter::default();
+        let scrape_failures = Family::<ScrapeFailureLabels, Counter>::default();
+        for (binary, kind) in SCRAPE_FAILURE_KINDS {
+            let _ = scrape_failures.get_or_create(&ScrapeFailureLabels { binary, kind });
+        }
         let frozen = Gauge::default();
         let driver_duration = Family::<OperationLabels, Histogram>::new_with_constructor(|| {
             Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
@@ -131,21 +137,17 @@ impl Metrics {
             "Duration of reconciles, by controller",
             reconciles.duration.clone(),
         );
+        Self::register_queues(r, &queues);
         r.register(
-            "workqueue_depth",
-            "Objects of a controller whose reconcile is running or whose requeue is due and not started yet \
-             (watch-triggered reconciles not started yet are not visible; see docs/machine-controller.md)",
-            reconciles.depth.clone(),
+            "machine_stale_machines",
+            "Total count of stale machines flagged for termination that turned stale due to long unhealthiness: \
+             machines deleted by their set while Failed after a health check",
+            stale_machines.clone(),
         );
         r.register(
-            "workqueue_longest_running_processor_seconds",
-            "Seconds the longest running reconcile of a controller has been running",
-            reconciles.longest_running.clone(),
-        );
-        r.register(
-            "workqueue_unfinished_work_seconds",
-            "Seconds of work in progress: the sum over running reconciles of how long each has been running",
-            reconciles.unfinished.clone(),
+            "misc_scrape_failure",
+            "Total count of scrape failures",
+            scrape_failures.clone(),
         );
         Self {
             registry,
@@ -157,16 +159,59 @@ impl Metrics {
             deployments,
             steps,
             reconciles,
+            queues,
             meters: Mutex::default(),
             frozen,
             driver_duration,
             driver_failed,
             orphan_vms_found,
             orphan_vms_deleted,
+            stale_machines,
+            scrape_failures,
             readiness: Mutex::default(),
             extra: Mutex::default(),
             scrape: Mutex::default(),
         }
+    }
+
+    /// client-go's workqueue families under the reference's names (`mcm_workqueue_*{name}`).
+    fn register_queues(r: &mut Registry, q: &QueueFamilies) {
+        r.register(
+            "workqueue_depth",
+            "Current depth of workqueue: objects of a controller waiting for a reconcile (due now, or held while \
+             their reconcile runs)",
+            q.depth.clone(),
+        );
+        r.register(
+            "workqueue_adds",
+            "Total number of adds handled by workqueue",
+            q.adds.clone(),
+        );
+        r.register(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested",
+            q.queue_duration.clone(),
+        );
+        r.register(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes",
+            q.work_duration.clone(),
+        );
+        r.register(
+            "workqueue_unfinished_work_seconds",
+            "How many seconds of work has done that is in progress and hasn't been observed by work_duration",
+            q.unfinished.clone(),
+        );
+        r.register(
+            "workqueue_longest_running_processor_seconds",
+            "How many seconds has the longest running processor for workqueue been running",
+            q.longest_running.clone(),
+        );
+        r.register(
+            "workqueue_retries",
+            "Total number of retries handled by workqueue",
+            q.retries.clone(),
+        );
     }
 
     fn register_sets(r: &mut Registry, sets: &SetFamilies) {

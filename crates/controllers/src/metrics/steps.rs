@@ -69,8 +69,9 @@ pub fn placement(machine: &Machine, node: Option<&Node>, class: Option<&MachineC
 }
 
 impl Metrics {
-    /// Sets the gauge of `step` for the machine's deployment (its `name` label) to `took`. A machine without a
-    /// `name` label belongs to no deployment and is not recorded (as in the reference).
+    /// Sets the gauge of `step` for the machine's deployment (its `name` label) to `took`, rounded to whole seconds
+    /// as the reference rounds it (`Duration.Round(time.Second)`). A machine without a `name` label belongs to no
+    /// deployment and is not recorded (as in the reference).
     pub fn machine_step(
         &self,
         step: MachineStep,
@@ -82,7 +83,7 @@ impl Metrics {
         let Some(labels) = Self::step_labels(machine, node, class) else {
             return;
         };
-        let seconds = took.as_secs_f64();
+        let seconds = rounded_seconds(took);
         let family = match step {
             MachineStep::Create => &self.steps.create,
             MachineStep::Initialize => &self.steps.initialize,
@@ -128,4 +129,9 @@ impl Metrics {
             zone,
         })
     }
+}
+
+/// `took` in whole seconds, halves away from zero (Go's `Duration.Round(time.Second).Seconds()`).
+pub(super) fn rounded_seconds(took: Duration) -> f64 {
+    took.as_secs_f64().round()
 }

@@ -169,7 +169,8 @@ async fn metrics_follow_a_deployment_from_creation_to_deletion() {
         &[("machine_deployment", DEPLOYMENT), ("instance_type", "small")],
     );
     assert_eq!(join.len(), 1, "{steady}");
-    assert!(join[0] > 0.0, "{steady}");
+    // In whole seconds, as the reference rounds it.
+    assert!(join[0] >= 0.0 && join[0].fract() == 0.0, "{steady}");
     // The info gauges carry the reference's labels.
     let machines = cluster
         .machines()
@@ -253,11 +254,33 @@ async fn metrics_follow_a_deployment_from_creation_to_deletion() {
             1,
             "{controller}\n{steady}"
         );
-        assert_eq!(
-            samples(&steady, "mcm_workqueue_depth", &[("name", controller)]).len(),
-            1,
-            "{controller}\n{steady}"
-        );
+        for family in [
+            "mcm_workqueue_depth",
+            "mcm_workqueue_adds_total",
+            "mcm_workqueue_queue_duration_seconds_count",
+            "mcm_workqueue_work_duration_seconds_count",
+            "mcm_workqueue_unfinished_work_seconds",
+            "mcm_workqueue_longest_running_processor_seconds",
+            "mcm_workqueue_retries_total",
+        ] {
+            assert_eq!(
+                samples(&steady, family, &[("name", controller)]).len(),
+                1,
+                "{family} {controller}\n{steady}"
+            );
+        }
+        // The reconciles went through the queue: added, waited and worked (the exact counts are the unit tests').
+        let of = [("name", controller)];
+        for family in [
+            "mcm_workqueue_adds_total",
+            "mcm_workqueue_queue_duration_seconds_count",
+            "mcm_workqueue_work_duration_seconds_count",
+        ] {
+            assert!(
+                value(&steady, family, &of).unwrap() >= 1.0,
+                "{family} {controller}\n{steady}"
+            );
+        }
     }
 
     // Deleting a machine: it is drained and its VM deleted (the delete and drain gauges appear), the set replaces
@@ -315,6 +338,70 @@ async fn metrics_follow_a_deployment_from_creation_to_deletion() {
         samples(&after, "mcm_machine_num_failed_join", &of_deployment).is_empty(),
         "{after}"
     );
+
+    let _ = stop_server.send(());
+    let _ = tokio::time::timeout(support::DEADLINE, server).await;
+    cluster.stop().await;
+}
+
+/// Reference pkg/controller/machineset.go: a machine its set deletes while Failed after a health check (unhealthy
+/// for longer than the health timeout) counts in `mcm_machine_stale_machines_total`; a scale-down would not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_replaced_after_its_health_timeout_counts_as_stale() {
+    let metrics = Arc::new(Metrics::new());
+    let mut settings = settings();
+    settings.machine_health_timeout = std::time::Duration::from_secs(3);
+    let mut cluster = Cluster::start_without_controller(settings).await;
+    cluster.create_class().await;
+    cluster.start_controller_with_metrics(metrics.clone());
+    cluster.start_set_controllers_with_metrics(machinedeployment::Config::new(NAMESPACE), metrics.clone());
+    let (stop_server, server_stopped) = oneshot::channel::<()>();
+    let (address, server) =
+        mcm_controllers::metrics::serve("127.0.0.1:0".parse().unwrap(), metrics.clone(), async move {
+            let _ = server_stopped.await;
+        })
+        .await
+        .expect("the metrics server starts");
+    assert_eq!(
+        value(&scrape(address).await, "mcm_machine_stale_machines_total", &[]),
+        Some(0.0)
+    );
+
+    let deployment = MachineDeploymentBuilder::new("stale")
+        .replicas(1)
+        .matching([("name", "stale")])
+        .strategy("RollingUpdate")
+        .class(CLASS)
+        .build();
+    Api::<MachineDeployment>::namespaced(cluster.client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    wait_scrape(address, "one Running machine", |text| {
+        (samples(
+            text,
+            "mcm_machine_current_status_phase",
+            &[("namespace", NAMESPACE)],
+        ) == [1.0])
+        .then_some(())
+    })
+    .await;
+    let sick = cluster
+        .machines()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    cluster.faults.set_node_not_ready(&sick);
+    cluster.wait_gone(&sick).await;
+    wait_scrape(address, "the stale machine counted", |text| {
+        (value(text, "mcm_machine_stale_machines_total", &[]) == Some(1.0)).then_some(())
+    })
+    .await;
 
     let _ = stop_server.send(());
     let _ = tokio::time::timeout(support::DEADLINE, server).await;

@@ -167,3 +167,42 @@ fn machine_sets_and_deployments_are_read_from_their_caches() {
         "{text}"
     );
 }
+
+#[test]
+fn a_machine_is_stale_when_failed_after_a_health_check() {
+    use mcm_api::{MachineOperationType, MachineState};
+
+    use crate::metrics::turned_stale;
+
+    let failed = |operation| {
+        machine("m1")
+            .phase(MachinePhase::Failed)
+            .operation(operation, MachineState::Failed)
+            .build()
+    };
+    assert!(turned_stale(&failed(MachineOperationType::HealthCheck)));
+    // Failed while being created (the creation timeout) is not stale; neither is a healthy machine after a check.
+    assert!(!turned_stale(&failed(MachineOperationType::Create)));
+    let running = machine("m2")
+        .phase(MachinePhase::Running)
+        .operation(MachineOperationType::HealthCheck, MachineState::Successful)
+        .build();
+    assert!(!turned_stale(&running));
+    assert!(!turned_stale(&machine("m3").build()));
+
+    // The counter is there from the start, at 0, and counts each removal.
+    let metrics = Metrics::new();
+    assert!(metrics.encode().contains("mcm_machine_stale_machines_total 0\n"));
+    metrics.stale_machine_removed();
+    assert!(metrics.encode().contains("mcm_machine_stale_machines_total 1\n"));
+    // The reference's scrape failure kinds, each under its binary, at 0.
+    let text = metrics.encode();
+    for (binary, kind) in [
+        ("machine-controller-manager", "Machinedeployment-count"),
+        ("machine-controller-manager", "Machineset-count"),
+        ("machine-controller-manager-provider", "Machine-count"),
+    ] {
+        let sample = format!(r#"mcm_misc_scrape_failure_total{{binary="{binary}",kind="{kind}"}} 0"#);
+        assert!(text.contains(&sample), "{sample}\n{text}");
+    }
+}

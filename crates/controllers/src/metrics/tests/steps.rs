@@ -49,7 +49,7 @@ fn step_gauges_are_set_per_deployment_and_placement() {
         &m,
         None,
         Some(&class),
-        Duration::from_secs(1),
+        Duration::from_millis(1499),
     );
     // With the node: its labels.
     metrics.machine_step(
@@ -97,7 +97,8 @@ fn step_gauges_are_set_per_deployment_and_placement() {
     let before = r#"{namespace="ns",machine_deployment="pool",instance_type="m5.large",zone="zone-b"}"#;
     let after = r#"{namespace="ns",machine_deployment="pool",instance_type="small",zone="zone-a"}"#;
     for expected in [
-        format!("mcm_machine_create_duration_seconds{before} 2.5"),
+        // Whole seconds, halves away from zero, as the reference's Duration.Round(time.Second).
+        format!("mcm_machine_create_duration_seconds{before} 3.0"),
         format!("mcm_machine_initialize_duration_seconds{before} 1.0"),
         format!("mcm_machine_join_duration_seconds{after} 30.0"),
         r#"mcm_machine_drain_duration_seconds{namespace="ns",machine_deployment="pool"} 4.0"#.to_owned(),
