@@ -593,6 +593,7 @@ impl Halves {
                 safety_down: u32::try_from(flags.safety_down).unwrap_or(0),
                 ..mcm_controllers::overshoot::Config::new(flags.namespace.clone())
             },
+            Some(self.registry.clone()),
             stopped_when(stopped.clone()),
         ));
         let sets = tokio::spawn(mcm_controllers::machineset::run(

@@ -145,8 +145,11 @@ fn asks_for_pass<K: Resource>(event: &watcher::Event<K>, out_of_line: fn(&K) -> 
 pub async fn run(
     client: Client,
     config: Config,
+    metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
+    // A pass is the work of the reference's `machinesafetyovershooting` queue.
+    let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machinesafetyovershooting");
     let namespace = config.namespace.clone();
     let (machines, machine_writer) = reflector::store::<Machine>();
     let (sets, set_writer) = reflector::store::<MachineSet>();
@@ -236,7 +239,9 @@ pub async fn run(
                     continue;
                 }
                 next_pass = Instant::now() + config.period;
+                let metered = meter.pass();
                 actor.pass(&machines, &sets, &deployments).await;
+                metered.finish(Some(&kube::runtime::controller::Action::await_change()));
             }
         }
     }

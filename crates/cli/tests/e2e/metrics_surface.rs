@@ -204,6 +204,7 @@ const QUEUES: &[&str] = &[
     "secret",
     "machinesafetyorphanvms",
     "machinesafetyapiserver",
+    "machinesafetyovershooting",
 ];
 
 /// The label names of each sample of `family` (histograms by their `_count`), `le` aside.
@@ -320,6 +321,7 @@ fn after_a_clean_lifecycle_every_reference_family_is_there_with_its_labels() {
         "machinedeployment",
         "machinesafetyorphanvms",
         "machinesafetyapiserver",
+        "machinesafetyovershooting",
     ] {
         let adds = format!("mcm_workqueue_adds_total{{name=\"{queue}\"}} ");
         let value: f64 = text

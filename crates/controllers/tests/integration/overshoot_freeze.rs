@@ -45,7 +45,7 @@ impl Cluster {
             ..overshoot::Config::new(NAMESPACE)
         };
         let client = self.client.clone();
-        self.spawn_loop(|shutdown| overshoot::run(client, config, shutdown));
+        self.spawn_loop(|shutdown| overshoot::run(client, config, None, shutdown));
     }
 
     async fn create_named_set(&self, name: &str, replicas: i32) {
