@@ -18,6 +18,8 @@ use crate::store::{Mutation, Store};
 pub const EVENT_RESOURCES: [&str; 2] = ["/events", "events.k8s.io/events"];
 /// kube-apiserver's default `--event-ttl`.
 pub const DEFAULT_EVENT_TTL: Duration = Duration::from_hours(1);
+/// [`DEFAULT_EVENT_TTL`] as the `--event-ttl` flags of `mcm apiserver`, `mcm up` and `mcm bench` write their default.
+pub const DEFAULT_EVENT_TTL_FLAG: &str = "1h";
 
 /// The latest write time an Event carries (see the module doc), or `None` when it carries none.
 pub fn last_write(event: &Value) -> Option<Timestamp> {
@@ -148,6 +150,11 @@ mod tests {
     #[test]
     fn the_sweep_period_is_a_tenth_of_the_ttl_within_bounds() {
         assert_eq!(sweep_period(DEFAULT_EVENT_TTL), Duration::from_mins(1));
+        assert_eq!(
+            mcm_api::GoDuration::new(DEFAULT_EVENT_TTL_FLAG).parse(),
+            Ok(DEFAULT_EVENT_TTL),
+            "the flags' default is the default"
+        );
         assert_eq!(sweep_period(Duration::from_secs(30)), Duration::from_secs(3));
         assert_eq!(sweep_period(Duration::from_secs(2)), Duration::from_secs(1));
     }

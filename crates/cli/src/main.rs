@@ -120,7 +120,7 @@ struct ApiserverArgs {
     #[arg(long, default_value = "1s", value_parser = parse_duration)]
     gc_interval: Duration,
     /// Events not written for this long are deleted, as with kube-apiserver's flag of the same name.
-    #[arg(long, default_value = "1h", value_parser = parse_duration)]
+    #[arg(long, default_value = mcm_apiserver::event_ttl::DEFAULT_EVENT_TTL_FLAG, value_parser = parse_duration)]
     event_ttl: Duration,
     /// How often nodes, pod grace periods and PodDisruptionBudget statuses are checked.
     #[arg(long, default_value = "1s", value_parser = parse_duration)]

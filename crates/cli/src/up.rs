@@ -47,7 +47,7 @@ pub(crate) struct UpArgs {
     #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
     node_heartbeat_interval: Duration,
     /// Events not written for this long are deleted (kube-apiserver's flag of this name).
-    #[arg(long, default_value = "1h", value_parser = crate::parse_duration)]
+    #[arg(long, default_value = mcm_apiserver::event_ttl::DEFAULT_EVENT_TTL_FLAG, value_parser = crate::parse_duration)]
     event_ttl: Duration,
     #[command(flatten)]
     controllers: ControllerFlags,

@@ -62,7 +62,12 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     rolls: u32,
     /// `--event-ttl` of the embedded API server: Events not written for this long are deleted.
-    #[arg(long, default_value = "1h", value_parser = crate::parse_duration, conflicts_with = "kubeconfig")]
+    #[arg(
+        long,
+        default_value = mcm_apiserver::event_ttl::DEFAULT_EVENT_TTL_FLAG,
+        value_parser = crate::parse_duration,
+        conflicts_with = "kubeconfig"
+    )]
     event_ttl: Duration,
 }
 
