@@ -52,13 +52,7 @@ impl KlogFlags {
 
     /// Warns about [`Self::ignored`] flags once logging is up.
     pub(crate) fn warn_ignored(&self) {
-        for (flag, why) in self.ignored() {
-            tracing::warn!(
-                flag,
-                why,
-                "accepted for compatibility with the reference; it has no effect"
-            );
-        }
+        crate::run::warn_without_effect(&self.ignored());
     }
 }
 

@@ -260,6 +260,18 @@ pub(crate) struct RunArgs {
     pub(crate) controllers: ControllerFlags,
 }
 
+/// Warns once per flag accepted only for compatibility, naming it and why it has no effect: the one home of that
+/// warning for every such flag (`mcm run`'s and klog's).
+pub(crate) fn warn_without_effect(ignored: &[(&'static str, &'static str)]) {
+    for (flag, why) in ignored {
+        tracing::warn!(
+            flag,
+            why,
+            "accepted for compatibility with the reference; it has no effect"
+        );
+    }
+}
+
 /// The default of `--min-resync-period` (the reference's).
 const MIN_RESYNC_PERIOD: &str = "12h";
 /// The default of `--kube-api-content-type` (the reference's).
@@ -311,13 +323,7 @@ impl ControllerFlags {
     /// Warns about [`Self::ignored`] flags, so a reference deployment's flags work and nobody believes they do
     /// something.
     pub(crate) fn warn_ignored(&self) {
-        for (flag, why) in self.ignored() {
-            tracing::warn!(
-                flag,
-                why,
-                "accepted for compatibility with the reference; it has no effect"
-            );
-        }
+        warn_without_effect(&self.ignored());
     }
 
     /// Objects reconciled at once: `--concurrent-syncs` (checked to be at least 1 before anything starts), else
