@@ -17,15 +17,18 @@ const NEWER_PHASE: &str = "Hibernating";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_in_a_phase_written_by_a_newer_version_is_never_failed_and_runs_again_once_healthy() {
     let mut settings = settings();
-    let health_timeout = Duration::from_secs(2);
+    let health_timeout = Duration::from_secs(3);
     settings.machine_health_timeout = health_timeout;
     let cluster = Cluster::start(settings).await;
     cluster.create_class().await;
     cluster.create_machine("newer").await;
     cluster.wait_phase("newer", MachinePhase::Running).await;
 
-    // A newer version puts the machine into a phase we do not know while its node is unhealthy.
+    // A newer version puts the machine into a phase we do not know while its node is unhealthy. The node goes
+    // NotReady first and the controller has taken that in (Unknown) before the newer version's write, so that no
+    // decision made on the older Running state lands after it.
     cluster.faults.set_node_not_ready("newer");
+    cluster.wait_phase("newer", MachinePhase::Unknown).await;
     let status = json!({ "status": {
         "currentStatus": { "phase": NEWER_PHASE, "lastUpdateTime": "2026-01-01T00:00:00Z" },
         "lastOperation": { "state": "Queued", "type": "Hibernate", "description": "written by a newer version",
