@@ -249,16 +249,21 @@ mod tests {
         );
     }
 
+    /// Each cause of `report` as (reason, field).
+    fn reasons_and_fields(report: &Report) -> Vec<(&'static str, &str)> {
+        report
+            .causes
+            .iter()
+            .map(|c| (c.reason, c.field.as_str()))
+            .collect()
+    }
+
     #[test]
     fn wrong_types_and_missing_required_fields_are_causes() {
         let mut class =
             json!({ "metadata": { "name": "c" }, "nodeTemplate": { "capacity": {}, "instanceType": 7 } });
         let report = check(&machine_class_schema(), &mut class);
-        let found: Vec<(&str, &str)> = report
-            .causes
-            .iter()
-            .map(|c| (c.reason, c.field.as_str()))
-            .collect();
+        let found = reasons_and_fields(&report);
         assert!(
             found.contains(&("FieldValueRequired", "providerSpec")),
             "{found:?}"
@@ -289,11 +294,7 @@ mod tests {
             }
         });
         let report = check(&machine_class_schema(), &mut class);
-        let found: Vec<(&str, &str)> = report
-            .causes
-            .iter()
-            .map(|c| (c.reason, c.field.as_str()))
-            .collect();
+        let found = reasons_and_fields(&report);
         assert_eq!(
             found,
             [
