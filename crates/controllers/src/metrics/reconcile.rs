@@ -151,7 +151,11 @@ impl ReconcileMeter {
         let Some(shared) = &self.0 else {
             return ReconcileGuard(None);
         };
-        let key = work_key(object);
+        Self::started(shared, work_key(object))
+    }
+
+    /// Work on `key` picked up now, and the guard that notes its end.
+    fn started(shared: &Arc<MeterShared>, key: WorkKey) -> ReconcileGuard {
         let started = Instant::now();
         shared.mirror().start(&shared.handles, key.clone(), started);
         ReconcileGuard(Some(GuardInner {
@@ -167,14 +171,7 @@ impl ReconcileMeter {
         let Some(shared) = &self.0 else {
             return ReconcileGuard(None);
         };
-        let key = (String::new(), shared.queue.name.clone());
-        let started = Instant::now();
-        shared.mirror().start(&shared.handles, key.clone(), started);
-        ReconcileGuard(Some(GuardInner {
-            shared: shared.clone(),
-            key,
-            started,
-        }))
+        Self::started(shared, (String::new(), shared.queue.name.clone()))
     }
 
     /// The controller's own objects as they come from its watch, each one a trigger: pass the result to
