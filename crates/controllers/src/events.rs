@@ -1,11 +1,23 @@
 //! Kubernetes Events on the objects the controllers act on (core v1, so that `kubectl describe` shows them).
 //! Messages pass through the caller's redactor first; no secret value is ever written here.
+//!
+//! Repeats are correlated as client-go's recorder does (`mcm_core::event_correlation`): an identical Event bumps the
+//! count of the first with a patch, the tenth different message of one object's reason within 10 minutes starts one
+//! aggregate Event, and more than 25 Events of one component about one object at once are dropped (one more per 5
+//! minutes). kube-runtime's own `Recorder` only dedups identical Events, and on `events.k8s.io/v1`.
 
 use k8s_openapi::{
     api::core::v1::{Event, EventSource, ObjectReference},
     apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time},
 };
-use kube::{Api, Client, Resource, ResourceExt, api::PostParams};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{Patch, PatchParams, PostParams},
+};
+use mcm_core::event_correlation::{Correlated, CorrelationSettings, Correlator, EventIdentity};
+use serde_json::json;
 
 /// Normal or Warning.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,19 +28,26 @@ pub enum EventType {
     Warning,
 }
 
-/// Writes Events as one component.
+/// Writes Events as one component; clones share its correlation of repeats.
 #[derive(Clone)]
 pub struct Recorder {
     client: Client,
     component: String,
+    correlator: Arc<Mutex<Correlator>>,
 }
 
 impl Recorder {
-    /// A recorder writing as `component` (for example `machine-controller`).
+    /// A recorder writing as `component` (for example `machine-controller`), correlating with client-go's limits.
     pub fn new(client: Client, component: &str) -> Self {
+        Self::with_correlation(client, component, CorrelationSettings::default())
+    }
+
+    /// A recorder with other correlation limits.
+    pub fn with_correlation(client: Client, component: &str, settings: CorrelationSettings) -> Self {
         Self {
             client,
             component: component.to_owned(),
+            correlator: Arc::new(Mutex::new(Correlator::new(settings))),
         }
     }
 
@@ -39,6 +58,58 @@ impl Recorder {
     {
         let namespace = object.namespace().unwrap_or_else(|| "default".into());
         let now = jiff::Timestamp::now();
+        let type_ = match event_type {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
+        };
+        let identity = EventIdentity {
+            component: self.component.clone(),
+            object: format!(
+                "{}/{}/{namespace}/{}/{}",
+                K::api_version(&()),
+                K::kind(&()),
+                object.name_any(),
+                object.uid().unwrap_or_default()
+            ),
+            event_type: type_.to_owned(),
+            reason: reason.to_owned(),
+            message: message.to_owned(),
+        };
+        let (correlated, ticket) = self
+            .correlator
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .observe(&identity, now);
+        tracing::debug!(reason, object = %identity.object, outcome = ?correlated, "event correlated");
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
+        let message = match correlated {
+            Correlated::Skip => {
+                tracing::debug!(reason, "event dropped by the spam filter");
+                return;
+            }
+            Correlated::Bump { name, count, message } => {
+                let patch = json!({ "count": count, "lastTimestamp": Time(now), "message": message });
+                match api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => return,
+                    // Expired or deleted: write it anew.
+                    Err(kube::Error::Api(status)) if status.code == 404 => {
+                        self.correlator
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .forget(&ticket);
+                        message
+                    }
+                    Err(err) => {
+                        tracing::debug!(reason, error = %err, "could not update an event");
+                        return;
+                    }
+                }
+            }
+            Correlated::Create { message } => message,
+        };
         let name = format!("{}.{:x}", object.name_any(), now.as_nanosecond());
         let event = Event {
             metadata: ObjectMeta {
@@ -56,11 +127,8 @@ impl Recorder {
                 field_path: None,
             },
             reason: Some(reason.to_owned()),
-            message: Some(message.to_owned()),
-            type_: Some(match event_type {
-                EventType::Normal => "Normal".into(),
-                EventType::Warning => "Warning".into(),
-            }),
+            message: Some(message),
+            type_: Some(type_.to_owned()),
             source: Some(EventSource {
                 component: Some(self.component.clone()),
                 host: None,
@@ -73,9 +141,16 @@ impl Recorder {
             action: Some(reason.to_owned()),
             ..Event::default()
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
-        if let Err(err) = api.create(&PostParams::default(), &event).await {
-            tracing::debug!(reason, error = %err, "could not record an event");
-        }
+        let created = match api.create(&PostParams::default(), &event).await {
+            Ok(created) => created.metadata.name,
+            Err(err) => {
+                tracing::debug!(reason, error = %err, "could not record an event");
+                None
+            }
+        };
+        self.correlator
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .created(&ticket, created);
     }
 }

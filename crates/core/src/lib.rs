@@ -15,6 +15,8 @@ pub mod creation;
 pub mod deletion;
 // Every lastOperation description, written and parsed in one place.
 pub mod descriptions;
+// Event correlation as client-go does it: aggregation of similar Events, count bumps of repeats, the spam filter.
+pub mod event_correlation;
 // Force rules, eviction retries, pod selection and order, PodDisruptionBudgets, volume waits.
 pub mod drain;
 // When MachineClasses and Secrets get or lose their finalizers.
