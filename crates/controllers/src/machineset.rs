@@ -281,15 +281,25 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
         e.expire(now);
         e.clone()
     });
-    let policy = deployment_delete_policy(&set, ctx).await;
-    let plan = machineset::decide(&MachineSetInput {
-        set: &set,
-        machines: &owned,
-        expectations: &expectations,
-        deployment_delete_policy: policy.as_deref(),
-        now,
-        random: rand::random(),
-    });
+    let random = rand::random();
+    let decide = |policy: Option<&str>| {
+        machineset::decide(&MachineSetInput {
+            set: &set,
+            machines: &owned,
+            expectations: &expectations,
+            deployment_delete_policy: policy,
+            now,
+            random,
+        })
+    };
+    // The deployment's delete policy only orders deletions: it is read (a GET, the set controller caches no
+    // deployments) only in a pass that deletes machines, not in every pass (issue 26).
+    let mut plan = decide(None);
+    if !plan.delete.is_empty()
+        && let Some(policy) = deployment_delete_policy(&set, ctx).await
+    {
+        plan = decide(Some(&policy));
+    }
     if let Some(problem) = &plan.policy_problem {
         ctx.recorder
             .record(
