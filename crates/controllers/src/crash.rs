@@ -43,7 +43,8 @@ pub enum CrashPoint {
     MachineHealthStatus,
     /// Machine controller: the node's labels, taints or finalizer were synced from the machine.
     MachineNodeSync,
-    /// Deletion: the status the pass writes before its action (phase Terminating, a skipped step) was written.
+    /// Deletion: the status the pass writes before its action (phase Terminating, a skipped step) was written, or
+    /// staged to go with the next write (issue 26): a crash here loses it.
     DeletionStepWrite,
     /// Deletion: GetMachineStatus answered.
     DeletionGetVmStatus,
@@ -61,7 +62,8 @@ pub enum CrashPoint {
     DeletionRemoveFinalizer,
     /// Deletion: the node label was recorded after GetMachineStatus.
     DeletionNodeLabel,
-    /// Deletion: the status naming the next step was written after an action.
+    /// Deletion: the status naming the next step was written after an action, or staged to go with the next write (a
+    /// crash here loses it and redoes the step).
     DeletionNextStepWrite,
     /// Drain: the node was cordoned.
     DrainCordon,

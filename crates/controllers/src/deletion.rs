@@ -3,8 +3,17 @@
 //! step's action (GetMachineStatus, a drain pass, VolumeAttachment cleanup, DeleteMachine, node deletion, finalizer
 //! removal) and writes `deletion::after`'s next step before the next action. A controller that crashes anywhere
 //! resumes at the persisted step; every action is idempotent (NotFound counts as done), so nothing harmful repeats.
+//!
+//! A write the decisions mark deferrable (`DeletionWrite::deferrable`: Terminating, the VM status, the VM and node
+//! deletions, steps whose redo is harmless) waits and goes with the next write of the pass, or is dropped when the
+//! finalizer removal ends the flow (issue 26: one status write per deletion whose drain ends in one pass, from five).
+//! Events report the lifecycle steps (`DeletionDescription::recorded`) as they happen, written or waiting.
 
-use std::{collections::BTreeMap, sync::Mutex, time::Duration};
+use std::{
+    collections::{BTreeMap, VecDeque},
+    sync::Mutex,
+    time::Duration,
+};
 
 use k8s_openapi::api::{
     core::v1::{Node, Secret},
@@ -14,12 +23,11 @@ use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, ListParams, Patch, PatchParams},
 };
-use mcm_api::{Machine, MachineClass, keys};
+use mcm_api::{Machine, MachineClass, MachineStatus, keys};
 use mcm_core::{
     ControllerSettings, Redactor,
     deletion::{self, DeletionAction, DeletionInput, DeletionWrite, NodeDeletion, StepOutcome},
     drain,
-    finalizers::FinalizerChange,
 };
 use mcm_driver::{DeleteMachineRequest, Driver, GetMachineStatusRequest};
 use serde_json::json;
@@ -33,15 +41,35 @@ use crate::{
 /// How many steps one reconcile may go through before it yields (a full flow has seven).
 const STEPS_PER_PASS: usize = 12;
 
-/// Per-machine memory of the deletion flow between passes: consecutive failures (for the back-off) and the drain's
-/// tracker. Lost on restart without harm.
+/// How many finished flows [`DeletionMemory`] remembers: far more than can finish while a cache lags behind.
+const FINISHED_KEPT: usize = 4096;
+
+/// Per-machine memory of the deletion flow between passes: consecutive failures (for the back-off), the drain's
+/// tracker, and the uids of the machines whose flow ended lately. Lost on restart without harm.
 #[derive(Default)]
 pub struct DeletionMemory {
     failures: Mutex<BTreeMap<String, u32>>,
     drains: DrainTrackers,
+    finished: Mutex<VecDeque<String>>,
 }
 
 impl DeletionMemory {
+    /// Whether the flow of the machine with this uid ended (its finalizer is gone): a cache that still shows it,
+    /// finalizer and all, until its deletion arrives must not start the VM and node deletions again (issue 26: they
+    /// cost a DeleteMachine, an Event and two writes per deleted machine).
+    fn finished(&self, uid: Option<&str>) -> bool {
+        uid.is_some_and(|uid| self.finished.lock().is_ok_and(|f| f.iter().any(|u| u == uid)))
+    }
+
+    fn finish(&self, uid: Option<String>) {
+        if let (Some(uid), Ok(mut f)) = (uid, self.finished.lock()) {
+            if f.len() >= FINISHED_KEPT {
+                f.pop_front();
+            }
+            f.push_back(uid);
+        }
+    }
+
     fn failures(&self, machine: &str) -> u32 {
         self.failures
             .lock()
@@ -90,6 +118,35 @@ pub struct Deletion<'a> {
     pub metrics: Option<&'a crate::metrics::Metrics>,
 }
 
+/// The machine of a pass: as last written (or read), and as the flow sees it with the status write still waiting
+/// applied.
+struct Staged {
+    persisted: Machine,
+    view: Machine,
+    waiting: Option<DeletionWrite>,
+}
+
+impl Staged {
+    fn new(machine: Machine) -> Self {
+        Self {
+            view: machine.clone(),
+            persisted: machine,
+            waiting: None,
+        }
+    }
+
+    /// The server's answer to a write: the new persisted machine, with the waiting status still applied to the view.
+    fn written(&mut self, written: Machine) {
+        self.view = written.clone();
+        if let Some(waiting) = &self.waiting {
+            waiting
+                .status
+                .apply(self.view.status.get_or_insert_with(MachineStatus::default));
+        }
+        self.persisted = written;
+    }
+}
+
 /// The values fixed for one step of a pass.
 struct Pass<'a> {
     effective: &'a mcm_core::EffectiveSettings,
@@ -103,13 +160,25 @@ struct Pass<'a> {
 pub type Requeue = Option<Duration>;
 
 impl Deletion<'_> {
-    /// Runs steps of the flow until one has to wait; returns when to look again.
-    #[allow(clippy::too_many_lines)] // one loop over the steps, each action a short arm
+    /// Runs steps of the flow until one has to wait; returns when to look again. A status write still waiting is
+    /// written before the pass ends, unless the machine is gone.
     pub async fn run(&self, machine: &Machine) -> Result<Requeue, kube::Error> {
-        let name = machine.name_any();
+        if self.memory.finished(machine.metadata.uid.as_deref()) {
+            return Ok(None);
+        }
+        let mut staged = Staged::new(machine.clone());
+        let requeue = self.steps(&mut staged).await?;
+        if requeue.is_some() {
+            self.flush(&mut staged).await?;
+        }
+        Ok(requeue)
+    }
+
+    #[allow(clippy::too_many_lines)] // one loop over the steps, each action a short arm
+    async fn steps(&self, machine: &mut Staged) -> Result<Requeue, kube::Error> {
+        let name = machine.view.name_any();
         let redactor = Redactor::from_secret_data(self.secret.data.as_ref().unwrap_or(&BTreeMap::new()));
-        let effective = mcm_core::effective_settings(machine, self.settings);
-        let mut machine = machine.clone();
+        let effective = mcm_core::effective_settings(&machine.view, self.settings);
         for _ in 0..STEPS_PER_PASS {
             let now = jiff::Timestamp::now();
             let failures = self.memory.failures(&name) + 1;
@@ -121,9 +190,9 @@ impl Deletion<'_> {
                 failures,
                 random,
             };
-            let plan = deletion::decide(&self.input(&machine, &pass));
-            if let Some(write) = &plan.write {
-                machine = self.write(&machine, write).await?;
+            let plan = deletion::decide(&self.input(&machine.view, &pass));
+            if plan.write.is_some() {
+                self.stage(machine, plan.write.clone()).await?;
                 crash_point!(DeletionStepWrite, &name);
             }
             let outcome = match &plan.action {
@@ -132,7 +201,7 @@ impl Deletion<'_> {
                 DeletionAction::GetVmStatus => StepOutcome::GetVmStatus(
                     self.driver
                         .get_machine_status(&GetMachineStatusRequest {
-                            machine: machine.clone(),
+                            machine: machine.view.clone(),
                             machine_class: self.class.cloned().unwrap_or_default(),
                             secret: self.secret.clone(),
                         })
@@ -148,6 +217,7 @@ impl Deletion<'_> {
                         target,
                         driver: self.driver,
                         node,
+                        cached: self.node,
                         mode,
                         settings: &effective,
                         now,
@@ -163,7 +233,13 @@ impl Deletion<'_> {
                         tracker.started = None;
                         if let Some(metrics) = self.metrics {
                             let took = crate::metrics::elapsed(started, jiff::Timestamp::now());
-                            metrics.machine_step(MachineStep::Drain, &machine, self.node, self.class, took);
+                            metrics.machine_step(
+                                MachineStep::Drain,
+                                &machine.view,
+                                self.node,
+                                self.class,
+                                took,
+                            );
                         }
                     }
                     self.memory.drains.keep(name.clone(), tracker);
@@ -180,12 +256,12 @@ impl Deletion<'_> {
                         // Without its class (and secret) the provider cannot be asked; wait for the class to return.
                         self.recorder
                             .record(
-                                &machine,
+                                &machine.view,
                                 EventType::Warning,
                                 "DeleteFailed",
                                 &format!(
                                     "MachineClass {:?} not found: the VM cannot be deleted without it",
-                                    machine.spec.class.name
+                                    machine.view.spec.class.name
                                 ),
                             )
                             .await;
@@ -194,7 +270,7 @@ impl Deletion<'_> {
                     let result = self
                         .driver
                         .delete_machine(&DeleteMachineRequest {
-                            machine: machine.clone(),
+                            machine: machine.view.clone(),
                             machine_class: class.clone(),
                             secret: self.secret.clone(),
                         })
@@ -205,25 +281,31 @@ impl Deletion<'_> {
                     };
                     // The reference's delete duration: from the deletionTimestamp until the VM is gone.
                     if let (true, Some(metrics), Some(deleted)) =
-                        (gone, self.metrics, &machine.metadata.deletion_timestamp)
+                        (gone, self.metrics, &machine.view.metadata.deletion_timestamp)
                     {
                         let took = crate::metrics::elapsed(deleted.0, jiff::Timestamp::now());
-                        metrics.machine_step(MachineStep::Delete, &machine, self.node, Some(class), took);
+                        metrics.machine_step(
+                            MachineStep::Delete,
+                            &machine.view,
+                            self.node,
+                            Some(class),
+                            took,
+                        );
                     }
                     StepOutcome::DeleteVm(result)
                 }
                 DeletionAction::DeleteNode { node } => StepOutcome::DeleteNode(self.delete_node(node).await),
                 DeletionAction::RemoveFinalizer => {
-                    let result = self.remove_finalizer(&machine).await;
+                    let result = self.remove_finalizer(&machine.view).await;
                     if result.is_ok() {
-                        let node = machine.node_name().unwrap_or_default();
+                        let node = machine.view.node_name().unwrap_or_default();
                         tracing::info!(machine = %name, node = %node, "machine deleted");
                     }
                     StepOutcome::RemoveFinalizer(result.map_err(|e| e.to_string()))
                 }
             };
             crash_point!(step plan.step, &name);
-            let after = deletion::after(&self.input(&machine, &pass), &outcome);
+            let after = deletion::after(&self.input(&machine.view, &pass), &outcome);
             let failed = after.retry.is_some()
                 || after
                     .write
@@ -231,23 +313,69 @@ impl Deletion<'_> {
                     .is_some_and(|w| w.description.state() == mcm_api::MachineState::Failed);
             self.memory.set_failures(&name, failed);
             if let Some(node) = &after.node_label {
-                machine = self.label_node(&machine, node).await?;
+                self.label_node(machine, node).await?;
                 crash_point!(DeletionNodeLabel, &name);
             }
-            if let Some(write) = &after.write {
-                machine = self.write(&machine, write).await?;
+            if after.next.is_none() {
+                // The finalizer is gone, and the machine with it: a status still waiting is not written.
+                self.memory.forget(&name);
+                self.memory.finish(machine.view.metadata.uid.clone());
+                return Ok(None);
+            }
+            if after.write.is_some() {
+                self.stage(machine, after.write.clone()).await?;
                 crash_point!(DeletionNextStepWrite, &name);
             }
-            match (after.next, after.requeue_after) {
-                (None, _) => {
-                    self.memory.forget(&name);
-                    return Ok(None);
-                }
-                (Some(_), Some(Duration::ZERO)) => {}
-                (Some(_), requeue) => return Ok(requeue),
+            if after.requeue_after != Some(Duration::ZERO) {
+                return Ok(after.requeue_after);
             }
         }
         Ok(Some(Duration::ZERO))
+    }
+
+    /// Takes in a status write of the flow: merged after the one waiting, if any; written now unless it may wait
+    /// for the next ([`DeletionWrite::deferrable`]), with an Event for a new lifecycle step either way.
+    async fn stage(&self, machine: &mut Staged, write: Option<DeletionWrite>) -> Result<(), kube::Error> {
+        let Some(write) = deletion::merge_writes(machine.waiting.take(), write) else {
+            return Ok(());
+        };
+        self.record(&machine.view, &write).await;
+        if write.deferrable {
+            write
+                .status
+                .apply(machine.view.status.get_or_insert_with(MachineStatus::default));
+            machine.waiting = Some(write);
+            return Ok(());
+        }
+        self.write(machine, &write).await
+    }
+
+    /// Writes the status still waiting, if any (the pass ends).
+    async fn flush(&self, machine: &mut Staged) -> Result<(), kube::Error> {
+        match machine.waiting.take() {
+            Some(write) => self.write(machine, &write).await,
+            None => Ok(()),
+        }
+    }
+
+    /// An Event for `write` when it is a lifecycle step (or a failure) whose description is new.
+    async fn record(&self, view: &Machine, write: &DeletionWrite) {
+        let previous = view
+            .status
+            .as_ref()
+            .map(|s| s.last_operation.description.as_str());
+        let text = write.description.to_string();
+        if previous == Some(text.as_str()) || !write.description.recorded() {
+            return;
+        }
+        let kind = if write.description.state() == mcm_api::MachineState::Failed {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        self.recorder
+            .record(view, kind, write.description.reason(), &text)
+            .await;
     }
 
     fn input<'b>(&'b self, machine: &'b Machine, pass: &'b Pass<'b>) -> DeletionInput<'b> {
@@ -265,50 +393,42 @@ impl Deletion<'_> {
         }
     }
 
-    /// Writes the status when it changes something, with an Event for a new description. Returns the machine as
-    /// written (or as it was).
-    async fn write(&self, machine: &Machine, write: &DeletionWrite) -> Result<Machine, kube::Error> {
-        if !write.status.changes(machine.status.as_ref()) {
-            return Ok(machine.clone());
+    /// Writes the status when it changes the persisted one.
+    async fn write(&self, machine: &mut Staged, write: &DeletionWrite) -> Result<(), kube::Error> {
+        if !write.status.changes(machine.persisted.status.as_ref()) {
+            return Ok(());
         }
         let written = self
             .machines
             .patch_status(
-                &machine.name_any(),
+                &machine.persisted.name_any(),
                 &PatchParams::default(),
                 &Patch::Merge(write.status.merge_patch()),
             )
             .await?;
-        (self.wrote)(machine.resource_version(), written.resource_version().as_deref());
-        let previous = machine
-            .status
-            .as_ref()
-            .map(|s| s.last_operation.description.as_str());
-        let text = write.description.to_string();
-        if previous != Some(text.as_str()) {
-            let kind = if write.description.state() == mcm_api::MachineState::Failed {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            };
-            self.recorder
-                .record(machine, kind, write.description.reason(), &text)
-                .await;
-        }
-        Ok(written)
+        (self.wrote)(
+            machine.persisted.resource_version(),
+            written.resource_version().as_deref(),
+        );
+        machine.written(written);
+        Ok(())
     }
 
-    async fn label_node(&self, machine: &Machine, node: &str) -> Result<Machine, kube::Error> {
+    async fn label_node(&self, machine: &mut Staged, node: &str) -> Result<(), kube::Error> {
         let written = self
             .machines
             .patch(
-                &machine.name_any(),
+                &machine.persisted.name_any(),
                 &PatchParams::default(),
                 &Patch::Merge(json!({ "metadata": { "labels": { keys::labels::NODE: node } } })),
             )
             .await?;
-        (self.wrote)(machine.resource_version(), written.resource_version().as_deref());
-        Ok(written)
+        (self.wrote)(
+            machine.persisted.resource_version(),
+            written.resource_version().as_deref(),
+        );
+        machine.written(written);
+        Ok(())
     }
 
     async fn delete_volume_attachments(&self, node: &str) -> Result<usize, String> {
@@ -341,18 +461,34 @@ impl Deletion<'_> {
             return NodeDeletion::NotFound;
         };
         let api: Api<Node> = Api::all(target.clone());
-        let current = match api.get_opt(node).await {
-            Ok(Some(current)) => current,
-            Ok(None) => return NodeDeletion::NotFound,
-            Err(err) => return NodeDeletion::Failed(err.to_string()),
-        };
-        if let Some(patch) =
-            mcm_core::finalizers::patch(&current.metadata, keys::finalizers::NODE, FinalizerChange::Remove)
-            && let Err(err) = api
-                .patch(node, &PatchParams::default(), &Patch::Merge(patch))
-                .await
-        {
-            return NodeDeletion::Failed(format!("removing the node finalizer: {err}"));
+        // The cached node first (issue 26: no GET of what the cache holds); the server's when the cache has none, or
+        // when the finalizer list changed since (the patch tests the list it replaces).
+        let cached = self.node.filter(|n| n.metadata.name.as_deref() == Some(node));
+        let mut current = cached.cloned();
+        for fresh in [cached.is_none(), true] {
+            if fresh {
+                current = match api.get_opt(node).await {
+                    Ok(Some(current)) => Some(current),
+                    Ok(None) => return NodeDeletion::NotFound,
+                    Err(err) => return NodeDeletion::Failed(err.to_string()),
+                };
+            }
+            let Some(patch) = current
+                .as_ref()
+                .and_then(|n| mcm_core::finalizers::removal_json_patch(&n.metadata, keys::finalizers::NODE))
+            else {
+                break;
+            };
+            let patch = match json_patch(patch) {
+                Ok(patch) => patch,
+                Err(err) => return NodeDeletion::Failed(format!("the node finalizer patch: {err}")),
+            };
+            match api.patch(node, &PatchParams::default(), &patch).await {
+                Ok(_) => break,
+                Err(kube::Error::Api(status)) if status.code == 404 => return NodeDeletion::NotFound,
+                Err(kube::Error::Api(status)) if (status.code == 409 || status.code == 422) && !fresh => {}
+                Err(err) => return NodeDeletion::Failed(format!("removing the node finalizer: {err}")),
+            }
         }
         crash_point!(DeletionNodeFinalizer, node);
         match api.delete(node, &DeleteParams::default()).await {
@@ -363,16 +499,17 @@ impl Deletion<'_> {
     }
 
     async fn remove_finalizer(&self, machine: &Machine) -> Result<(), kube::Error> {
-        let Some(patch) = mcm_core::finalizers::patch(
+        // The list tested, not the resourceVersion: the machine this pass holds may be older than the server's by
+        // a status write, which does not matter here (issue 26: no conflict retry per deleted machine).
+        let Some(patch) = mcm_core::finalizers::removal_json_patch(
             &machine.metadata,
             keys::finalizers::MACHINE_CONTROLLER_MANAGER,
-            FinalizerChange::Remove,
         ) else {
             return Ok(());
         };
         match self
             .machines
-            .patch(&machine.name_any(), &PatchParams::default(), &Patch::Merge(patch))
+            .patch(&machine.name_any(), &PatchParams::default(), &json_patch(patch)?)
             .await
         {
             Ok(_) => Ok(()),
@@ -380,4 +517,11 @@ impl Deletion<'_> {
             Err(err) => Err(err),
         }
     }
+}
+
+/// A JSON patch (RFC 6902) of its JSON form.
+fn json_patch(value: serde_json::Value) -> Result<Patch<()>, kube::Error> {
+    serde_json::from_value(value)
+        .map(Patch::Json)
+        .map_err(kube::Error::SerdeError)
 }

@@ -98,6 +98,9 @@ pub struct DrainPass<'a> {
     pub driver: &'a dyn Driver,
     /// The node to drain.
     pub node: &'a str,
+    /// The node as the caller's cache holds it: read from the server only when there is none (issue 26: no GET of
+    /// what a cache holds). A stale copy costs at most a repeated cordon.
+    pub cached: Option<&'a Node>,
     /// Normal or force, with its timeout and evict retries.
     pub mode: &'a DrainMode,
     /// The machine's effective settings (volume timeouts).
@@ -123,13 +126,23 @@ impl DrainPass<'_> {
     /// Runs one pass; `tracker` carries what earlier passes did.
     pub async fn run(&self, tracker: &mut DrainTracker) -> DrainOutcome {
         let nodes: Api<Node> = Api::all(self.target.clone());
-        let node = match nodes.get_opt(self.node).await {
-            Ok(Some(node)) => node,
-            Ok(None) => return Self::drained(tracker),
-            Err(err) => return api_error("reading the node", &err),
+        let fetched;
+        let node = match self
+            .cached
+            .filter(|n| n.metadata.name.as_deref() == Some(self.node))
+        {
+            Some(node) => node,
+            None => match nodes.get_opt(self.node).await {
+                Ok(Some(node)) => {
+                    fetched = node;
+                    &fetched
+                }
+                Ok(None) => return Self::drained(tracker),
+                Err(err) => return api_error("reading the node", &err),
+            },
         };
         if self.cordon
-            && let Err(err) = self.cordon(&nodes, &node).await
+            && let Err(err) = self.cordon(&nodes, node).await
             && self.mode.force.is_none()
         {
             return api_error("cordoning the node", &err);
@@ -181,7 +194,7 @@ impl DrainPass<'_> {
         }
         crash_point!(DrainEvictions, self.node);
 
-        match self.move_volume_pod(&node, &listed, &plan, &pdbs, tracker).await {
+        match self.move_volume_pod(node, &listed, &plan, &pdbs, tracker).await {
             Ok(Some(refusal)) if refusal.misconfigured => return DrainOutcome::Blocked(refusal),
             Ok(Some(refusal)) => blocked = blocked.or(Some(refusal)),
             Ok(None) => {}

@@ -42,6 +42,23 @@ pub fn patch(meta: &ObjectMeta, finalizer: &str, change: FinalizerChange) -> Opt
     Some(json!({ "metadata": { "finalizers": list, "resourceVersion": meta.resource_version } }))
 }
 
+/// The JSON patch (RFC 6902) removing `finalizer` from the finalizer list of the object whose metadata is `meta`: a
+/// `test` of the whole list as `meta` has it, then its replacement. A concurrent change of the list fails the test
+/// instead of being overwritten, as the resourceVersion guard of [`patch`] does, but a change of anything else (a
+/// node's heartbeat, a status write) does not: a cached copy is enough (issue 26: no GET, no conflict retry). `None`
+/// when the finalizer is not there.
+pub fn removal_json_patch(meta: &ObjectMeta, finalizer: &str) -> Option<Value> {
+    let current = meta.finalizers.clone().unwrap_or_default();
+    if !current.iter().any(|f| f == finalizer) {
+        return None;
+    }
+    let list: Vec<&String> = current.iter().filter(|f| *f != finalizer).collect();
+    Some(json!([
+        { "op": "test", "path": "/metadata/finalizers", "value": current },
+        { "op": "replace", "path": "/metadata/finalizers", "value": list },
+    ]))
+}
+
 /// Whether a machine references the class (kind `MachineClass`, same namespace and name).
 pub fn machine_uses_class(machine: &Machine, class: &MachineClass) -> bool {
     let spec = &machine.spec.class;
@@ -186,5 +203,25 @@ mod tests {
             ..Secret::default()
         };
         assert!(!class_uses_secret(&c, &elsewhere));
+    }
+
+    #[test]
+    fn the_removal_json_patch_removes_ours_and_fails_on_a_changed_list_only() {
+        let meta = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            finalizers: Some(vec!["other/one".into(), finalizers::NODE.into()]),
+            resource_version: Some("7".into()),
+            ..Default::default()
+        };
+        let patch: json_patch::Patch =
+            serde_json::from_value(removal_json_patch(&meta, finalizers::NODE).unwrap()).unwrap();
+        // A newer object whose list is the same (a heartbeat changed its status): ours goes, the other stays.
+        let mut newer = json!({ "metadata": { "finalizers": ["other/one", finalizers::NODE], "resourceVersion": "9" },
+            "status": { "beat": 2 } });
+        json_patch::patch(&mut newer, &patch).unwrap();
+        assert_eq!(newer["metadata"]["finalizers"], json!(["other/one"]));
+        // A list changed meanwhile (a finalizer added): the test fails, nothing is overwritten.
+        let mut changed = json!({ "metadata": { "finalizers": ["other/one", finalizers::NODE, "third/x"] } });
+        assert!(json_patch::patch(&mut changed, &patch).is_err());
+        assert_eq!(removal_json_patch(&meta, "absent/finalizer"), None);
     }
 }

@@ -107,6 +107,7 @@ async fn drain(
         target,
         driver: &*ctx.driver,
         node: &node_name,
+        cached: Some(node),
         mode,
         settings: effective,
         now,

@@ -198,6 +198,7 @@ async fn drain_preserved(
         target,
         driver: &*ctx.driver,
         node: &node.name_any(),
+        cached: Some(node),
         mode: &mode,
         settings: effective,
         now,

@@ -56,6 +56,7 @@ pub(super) fn write(input: &DeletionInput<'_>, description: DeletionDescription)
             last_operation: Some(operation(&description, input.now)),
             ..StatusUpdate::default()
         },
+        deferrable: description.deferrable(),
         description,
     }
 }

@@ -114,14 +114,12 @@ fn visit(input: &DeletionInput<'_>, step: DeletionStep) -> Visit {
     }
 }
 
-/// `next` written over `previous`: a later write replaces an earlier one, but keeps the phase the earlier one set.
-fn merge(previous: Option<DeletionWrite>, mut next: DeletionWrite) -> DeletionWrite {
-    if let Some(previous) = previous
-        && next.status.current_status.is_none()
-    {
-        next.status.current_status = previous.status.current_status;
+/// `next` written over `previous` (see [`DeletionWrite::then`]).
+fn merge(previous: Option<DeletionWrite>, next: DeletionWrite) -> DeletionWrite {
+    match previous {
+        Some(previous) => previous.then(next),
+        None => next,
     }
-    next
 }
 
 /// The machine runs on the controller's own node (spec 004).

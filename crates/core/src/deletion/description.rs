@@ -328,6 +328,40 @@ impl DeletionDescription {
         }
     }
 
+    /// Whether the write of this description may wait and be merged into the next status write of the pass (issue
+    /// 26: fewer writes per machine): it records a step whose redo after a crash is harmless. Setting Terminating has
+    /// no action; GetMachineStatus only reads; the node deletion counts NotFound as done. A crash before the merged
+    /// write resumes at the last persisted step and redoes these steps, never a drain after the VM is gone (the
+    /// drain's outcome is written before the VM deletion). The VM deletion's outcome is written, not deferred: the node
+    /// finalizer, which holds a node a user deleted while the machine drains it, goes only once the persisted step
+    /// is the node deletion.
+    pub fn deferrable(&self) -> bool {
+        matches!(
+            self,
+            Self::Started
+                | Self::VmFound
+                | Self::VmStatusUnknown { .. }
+                | Self::NodeDeleted { .. }
+                | Self::NodeAlreadyGone { .. }
+        )
+    }
+
+    /// Whether this description is reported by an Event: the lifecycle steps a user reads in `kubectl describe
+    /// machine` (deletion started, hooks, drain progress and end, VM deleted) and every failure. Not the VM status
+    /// check (an internal step, followed at once by the drain) nor the node deletion (the machine itself is gone a
+    /// moment later; a failure to delete the node is a Warning). The reference's machine controller records no
+    /// Events at all; docs/machine-controller.md lists these.
+    pub fn recorded(&self) -> bool {
+        !matches!(
+            self,
+            Self::VmFound
+                | Self::VmStatusUnknown { .. }
+                | Self::NodeDeleted { .. }
+                | Self::NodeAlreadyGone { .. }
+                | Self::NoNodeLabel { .. }
+        )
+    }
+
     /// The reason of the Event that reports this description (Warning when [`DeletionDescription::state`] is Failed).
     pub fn reason(&self) -> &'static str {
         match self {

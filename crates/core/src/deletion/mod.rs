@@ -35,6 +35,7 @@ pub use decide::{current_step, decide};
 pub use description::DeletionDescription;
 pub use plan::{
     AfterStep, DeletionAction, DeletionInput, DeletionPlan, DeletionWrite, Hold, NodeDeletion, StepOutcome,
+    merge_writes,
 };
 pub use steps::{DeletionStep, HookKind, hooks};
 

@@ -55,6 +55,32 @@ pub struct DeletionWrite {
     pub description: DeletionDescription,
     /// The status update (write it when [`StatusUpdate::changes`] says so).
     pub status: StatusUpdate,
+    /// The write may wait for the next one of the pass and go with it ([`DeletionWrite::then`]); see
+    /// [`DeletionDescription::deferrable`]. A waiting write is written before the pass ends, unless the flow is over.
+    pub deferrable: bool,
+}
+
+impl DeletionWrite {
+    /// `next` written over this one: a later write replaces an earlier one, but keeps the phase and the
+    /// lastKnownState the earlier one set; the result may wait only if `next` may (this one waited already).
+    pub fn then(self, mut next: Self) -> Self {
+        if next.status.current_status.is_none() {
+            next.status.current_status = self.status.current_status;
+        }
+        if next.status.last_known_state.is_none() {
+            next.status.last_known_state = self.status.last_known_state;
+        }
+        next
+    }
+}
+
+/// `next` after a waiting write, if any (see [`DeletionWrite::then`]).
+pub fn merge_writes(previous: Option<DeletionWrite>, next: Option<DeletionWrite>) -> Option<DeletionWrite> {
+    match (previous, next) {
+        (Some(previous), Some(next)) => Some(previous.then(next)),
+        (previous, None) => previous,
+        (None, next) => next,
+    }
 }
 
 /// Why the deletion is held.
