@@ -43,9 +43,9 @@ impl Default for CorrelationSettings {
     fn default() -> Self {
         Self {
             aggregate_max_events: 10,
-            aggregate_interval: Duration::from_secs(600),
+            aggregate_interval: Duration::from_mins(10),
             spam_burst: 25,
-            spam_refill: Duration::from_secs(300),
+            spam_refill: Duration::from_mins(5),
             cache_entries: 4096,
         }
     }
@@ -180,15 +180,12 @@ impl Correlator {
     pub fn observe(&mut self, event: &EventIdentity, now: Timestamp) -> (Correlated, Ticket) {
         let (key, message) = self.aggregate(event, now);
         let ticket = Ticket(key.clone());
-        let (count, name) = match self.logged.get_mut(&key) {
-            Some(logged) => {
-                logged.count = logged.count.saturating_add(1);
-                (logged.count, logged.name.clone())
-            }
-            None => {
-                self.logged.insert(key, Logged { name: None, count: 1 });
-                (1, None)
-            }
+        let (count, name) = if let Some(logged) = self.logged.get_mut(&key) {
+            logged.count = logged.count.saturating_add(1);
+            (logged.count, logged.name.clone())
+        } else {
+            self.logged.insert(key, Logged { name: None, count: 1 });
+            (1, None)
         };
         if !self.take_token(event, now) {
             return (Correlated::Skip, ticket);
@@ -260,21 +257,17 @@ impl Correlator {
         let burst = f64::from(self.settings.spam_burst);
         let refill = self.settings.spam_refill.as_secs_f64();
         let key = (event.component.clone(), event.object.clone());
-        let bucket = match self.spam.get_mut(&key) {
-            Some(bucket) => bucket,
-            None => {
-                self.spam.insert(
-                    key.clone(),
-                    Bucket {
-                        tokens: burst,
-                        at: now,
-                    },
-                );
-                match self.spam.get_mut(&key) {
-                    Some(bucket) => bucket,
-                    None => return true,
-                }
-            }
+        if self.spam.get_mut(&key).is_none() {
+            self.spam.insert(
+                key.clone(),
+                Bucket {
+                    tokens: burst,
+                    at: now,
+                },
+            );
+        }
+        let Some(bucket) = self.spam.get_mut(&key) else {
+            return true;
         };
         let elapsed = now.duration_since(bucket.at).as_secs_f64().max(0.0);
         if refill > 0.0 {

@@ -63,6 +63,7 @@ pub struct DeletionWrite {
 impl DeletionWrite {
     /// `next` written over this one: a later write replaces an earlier one, but keeps the phase and the
     /// lastKnownState the earlier one set; the result may wait only if `next` may (this one waited already).
+    #[must_use]
     pub fn then(self, mut next: Self) -> Self {
         if next.status.current_status.is_none() {
             next.status.current_status = self.status.current_status;
