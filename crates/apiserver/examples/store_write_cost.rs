@@ -136,13 +136,12 @@ fn fill(path: &std::path::Path, count: usize, window: usize) -> Result<Duration,
     let store = Store::open(Some(path), window)?;
     let names: Vec<String> = (0..count).map(|i| format!("stored-{i:07}")).collect();
     for chunk in names.chunks(1000) {
-        let keys: Vec<(String, String)> = chunk
-            .iter()
-            .map(|n| (NAMESPACE.to_owned(), n.clone()))
-            .collect();
+        let keys: Vec<(String, String)> = chunk.iter().map(|n| (NAMESPACE.to_owned(), n.clone())).collect();
         let mut next = chunk.iter();
         store.mutate_many(RESOURCE, &keys, |_| {
-            Ok(Mutation::Put(stored_machine(next.next().map_or("", String::as_str))))
+            Ok(Mutation::Put(stored_machine(
+                next.next().map_or("", String::as_str),
+            )))
         })?;
     }
     Ok(start.elapsed())
@@ -169,7 +168,12 @@ where
 }
 
 /// Creates and patches through the API server; (creates/s, patches/s).
-async fn over_http(api: &Api<Machine>, round: usize, options: &Options, writers: usize) -> Result<(f64, f64), kube::Error> {
+async fn over_http(
+    api: &Api<Machine>,
+    round: usize,
+    options: &Options,
+    writers: usize,
+) -> Result<(f64, f64), kube::Error> {
     let names: Vec<String> = (0..options.ops).map(|i| format!("new-{round}-{i:06}")).collect();
     let creates = throughput(options.ops, writers, |i| {
         let (api, object) = (api.clone(), machine(&names[i]));
@@ -261,7 +265,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         for (round, &writers) in options.writers.iter().enumerate() {
             let (creates, patches) = over_http(&api, round, &options, writers).await?;
             eprintln!("{writers} writers: {creates} creates/s, {patches} patches/s");
-            results.push(json!({ "writers": writers, "creates_per_second": creates, "patches_per_second": patches }));
+            results.push(
+                json!({ "writers": writers, "creates_per_second": creates, "patches_per_second": patches }),
+            );
         }
         server.shutdown().await;
     }

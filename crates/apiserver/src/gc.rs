@@ -53,9 +53,9 @@ const MAX_PASSES: usize = 16;
 /// How long [`run`] waits before retrying work that failed, when nothing else changes meanwhile.
 const RETRY_AFTER: Duration = Duration::from_secs(30);
 
-/// A sweep reads every stored object, so its cost grows with the store: at 100,000 objects it took over a quarter
-/// of the server's CPU under a steady write load, which sweeps every interval. After a sweep that took `t`, the next
-/// starts no sooner than `t` times this, so that sweeps take at most a tenth of one core whatever the store's size
+/// A sweep reads every stored object, so its cost grows with the store: at 100,000 objects under a steady write
+/// load (which makes it sweep every interval) it took over a quarter of the server's CPU. After a sweep that took
+/// `t`, [`run`] rests `t` times this, so that sweeps take at most a tenth of the time whatever the store's size
 /// (small stores sweep in microseconds and keep the interval).
 const IDLE_PER_BUSY: u32 = 9;
 
@@ -117,7 +117,7 @@ pub fn apply_propagation_policy(object: &mut Value, policy: Option<&str>) {
 }
 
 /// Runs [`collect`] every `every` until `shutdown` changes, on a blocking thread (writes fsync), skipping the
-/// call while the store has not changed since the last call settled, and resting after a long call
+/// call while the store has not changed since the last call settled, and resting after each call
 /// ([`IDLE_PER_BUSY`]). Failed writes are retried after a while even when nothing changes.
 pub async fn run(
     store: Arc<Store>,
@@ -147,9 +147,15 @@ pub async fn run(
             collect(&sweep_store, &sweep_registry, jiff::Timestamp::now())
         });
         let result = sweep.await;
-        let rest = started.elapsed().saturating_mul(IDLE_PER_BUSY).saturating_sub(every);
-        if !rest.is_zero() {
-            tracing::debug!(sweep_ms = started.elapsed().as_millis(), rest_ms = rest.as_millis(), "long garbage collection sweep; resting");
+        // The next tick is due `every` after this sweep's start: resting `t × IDLE_PER_BUSY` after a sweep that took
+        // `t` makes the cycle max(`every`, `t × (1 + IDLE_PER_BUSY)`).
+        let rest = started.elapsed().saturating_mul(IDLE_PER_BUSY);
+        if rest >= Duration::from_millis(1) {
+            tracing::debug!(
+                sweep_ms = started.elapsed().as_millis(),
+                rest_ms = rest.as_millis(),
+                "long garbage collection sweep; resting"
+            );
             tokio::select! {
                 () = tokio::time::sleep(rest) => {}
                 _ = shutdown.changed() => return,

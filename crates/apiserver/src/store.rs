@@ -154,7 +154,12 @@ impl Inner {
     }
 
     /// Applies durable changes: what reads see, the watch log, and the watches.
-    fn apply(&mut self, events: &[Arc<WatchEvent>], sender: &broadcast::Sender<Arc<WatchEvent>>, window: usize) {
+    fn apply(
+        &mut self,
+        events: &[Arc<WatchEvent>],
+        sender: &broadcast::Sender<Arc<WatchEvent>>,
+        window: usize,
+    ) {
         let Some(last) = events.last() else {
             return;
         };
@@ -368,7 +373,11 @@ impl Store {
     /// Makes `events` (consecutive resourceVersions after the last one handed out) durable, then applies them to
     /// the objects and the log and sends them to watches; returns once that is done. In memory this happens at
     /// once; on disk the events join the group commit's queue (module doc).
-    fn commit<'a>(&'a self, mut inner: MutexGuard<'a, Inner>, events: Vec<Arc<WatchEvent>>) -> Result<(), ApiError> {
+    fn commit<'a>(
+        &'a self,
+        mut inner: MutexGuard<'a, Inner>,
+        events: Vec<Arc<WatchEvent>>,
+    ) -> Result<(), ApiError> {
         let Some(mine) = events.last().map(|e| e.rv) else {
             return Ok(());
         };
@@ -379,13 +388,19 @@ impl Store {
         let epoch = inner.pending.epoch;
         inner.pending.issued = mine;
         for event in events {
-            let key = (event.resource.clone(), (event.namespace.clone(), event.name.clone()));
+            let key = (
+                event.resource.clone(),
+                (event.namespace.clone(), event.name.clone()),
+            );
             inner.pending.latest.insert(key, Arc::clone(&event));
             inner.pending.queue.push(event);
         }
         loop {
             if inner.pending.epoch != epoch {
-                let failed_from = inner.pending.failed_from.get(usize::try_from(epoch).unwrap_or(usize::MAX));
+                let failed_from = inner
+                    .pending
+                    .failed_from
+                    .get(usize::try_from(epoch).unwrap_or(usize::MAX));
                 if failed_from.is_some_and(|&first| mine < first) {
                     return Ok(());
                 }
@@ -415,7 +430,10 @@ impl Store {
                 Ok(()) => {
                     inner.pending.commits += 1;
                     for event in &batch {
-                        let key = (event.resource.clone(), (event.namespace.clone(), event.name.clone()));
+                        let key = (
+                            event.resource.clone(),
+                            (event.namespace.clone(), event.name.clone()),
+                        );
                         if inner.pending.latest.get(&key).is_some_and(|e| e.rv == event.rv) {
                             inner.pending.latest.remove(&key);
                         }
@@ -870,7 +888,11 @@ mod tests {
             versions.sort_unstable();
             assert_eq!(versions, (1..=8).collect::<Vec<u64>>());
             let sent: Vec<u64> = (0..8).map(|_| watch.try_recv().unwrap().rv).collect();
-            assert_eq!(sent, (1..=8).collect::<Vec<u64>>(), "watch events in resourceVersion order");
+            assert_eq!(
+                sent,
+                (1..=8).collect::<Vec<u64>>(),
+                "watch events in resourceVersion order"
+            );
         }
         let store = Store::open(Some(&path), 100).unwrap();
         assert_eq!(store.current_rv(), 8);
@@ -928,11 +950,18 @@ mod tests {
                 assert!(std::time::Instant::now() < deadline, "the write did not queue");
                 std::thread::yield_now();
             }
-            assert_eq!(store.get("/secrets", "default", "a").unwrap()["v"], 0, "reads see durable state only");
+            assert_eq!(
+                store.get("/secrets", "default", "a").unwrap()["v"],
+                0,
+                "reads see durable state only"
+            );
             assert_eq!(store.current_rv(), 1);
             let second = scope.spawn(increment);
             while store.lock().pending.queue.len() < 2 {
-                assert!(std::time::Instant::now() < deadline, "the second write did not queue");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the second write did not queue"
+                );
                 std::thread::yield_now();
             }
             store.lock().pending.committing = false;

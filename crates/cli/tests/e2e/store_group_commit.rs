@@ -52,12 +52,21 @@ fn every_write_acknowledged_by_concurrent_clients_survives_kill_9_with_its_resou
                     let name = format!("w{w}-{i}");
                     let file = dir.join(format!("{name}.yaml"));
                     std::fs::write(&file, machine_manifest(&name)).unwrap();
-                    let args = ["create", "-f", arg(&file), "-o", "jsonpath={.metadata.resourceVersion}"];
+                    let args = [
+                        "create",
+                        "-f",
+                        arg(&file),
+                        "-o",
+                        "jsonpath={.metadata.resourceVersion}",
+                    ];
                     let out = kubectl_at(&kubeconfig, &cache, &args);
                     if out.status.success() {
-                        let rv = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or_else(|e| {
-                            panic!("{name}: the answer's resourceVersion is a number ({e})")
-                        });
+                        let rv = String::from_utf8_lossy(&out.stdout)
+                            .trim()
+                            .parse()
+                            .unwrap_or_else(|e| {
+                                panic!("{name}: the answer's resourceVersion is a number ({e})")
+                            });
                         acknowledged.lock().unwrap().insert(name, rv);
                     }
                 }
@@ -80,8 +89,13 @@ fn every_write_acknowledged_by_concurrent_clients_survives_kill_9_with_its_resou
         .expect("items")
         .iter()
         .map(|item| {
-            let rv = item["metadata"]["resourceVersion"].as_str().and_then(|rv| rv.parse().ok());
-            (item["metadata"]["name"].as_str().unwrap_or_default().to_owned(), rv.unwrap_or(0))
+            let rv = item["metadata"]["resourceVersion"]
+                .as_str()
+                .and_then(|rv| rv.parse().ok());
+            (
+                item["metadata"]["name"].as_str().unwrap_or_default().to_owned(),
+                rv.unwrap_or(0),
+            )
         })
         .collect();
     let acknowledged = acknowledged.lock().unwrap();
@@ -97,11 +111,21 @@ fn every_write_acknowledged_by_concurrent_clients_survives_kill_9_with_its_resou
     let mut versions: Vec<u64> = acknowledged.values().copied().collect();
     versions.sort_unstable();
     versions.dedup();
-    assert_eq!(versions.len(), acknowledged.len(), "each write had its own resourceVersion");
+    assert_eq!(
+        versions.len(),
+        acknowledged.len(),
+        "each write had its own resourceVersion"
+    );
 
     let file = server.write("after.yaml", &machine_manifest("after-crash"));
     let after: u64 = server
-        .kubectl_ok(&["create", "-f", arg(&file), "-o", "jsonpath={.metadata.resourceVersion}"])
+        .kubectl_ok(&[
+            "create",
+            "-f",
+            arg(&file),
+            "-o",
+            "jsonpath={.metadata.resourceVersion}",
+        ])
         .trim()
         .parse()
         .expect("a resourceVersion");
