@@ -49,12 +49,22 @@ pub(crate) fn lean<K: kube::Resource>(object: &mut K) {
     }
 }
 
-/// A node as the controllers read it (the shared cache): without the container images the kubelet lists (often the largest
-/// part of a node's status, and never read).
+/// A node as the controllers read it (the shared cache): without what no decision reads and a kubelet reports in
+/// every node's status (the container images, often its largest part; allocatable, node info, daemon endpoints,
+/// config, runtime handlers, features, volumes in use). Capacity (node sync), conditions, addresses and the attached
+/// volumes (drain) stay. Nothing writes a cached node back whole (every node write is a patch), so what is dropped
+/// here is never lost.
 pub(crate) fn lean_node(node: &mut k8s_openapi::api::core::v1::Node) {
     lean(node);
     if let Some(status) = node.status.as_mut() {
         status.images = None;
+        status.allocatable = None;
+        status.node_info = None;
+        status.daemon_endpoints = None;
+        status.config = None;
+        status.runtime_handlers = None;
+        status.features = None;
+        status.volumes_in_use = None;
     }
 }
 
@@ -92,7 +102,11 @@ mod tests {
             "spec": {"taints": [{"key": "k", "effect": "PreferNoSchedule"}]},
             "status": {
                 "conditions": [{"type": "Ready", "status": "True"}],
-                "images": [{"names": ["registry/image:1"], "sizeBytes": 1}]
+                "images": [{"names": ["registry/image:1"], "sizeBytes": 1}],
+                "allocatable": {"cpu": "2"},
+                "nodeInfo": {"machineID": "m", "systemUUID": "s", "bootID": "b", "kernelVersion": "k",
+                    "osImage": "o", "containerRuntimeVersion": "c", "kubeletVersion": "v1.33.0",
+                    "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"}
             }
         }))
         .unwrap();
@@ -100,6 +114,7 @@ mod tests {
         lean_node(&mut lean);
         let status = lean.status.unwrap();
         assert!(status.images.is_none());
+        assert!(status.node_info.is_none() && status.allocatable.is_none());
         assert_eq!(status.conditions.unwrap()[0].type_, "Ready");
         assert_eq!(lean.spec.unwrap().taints.unwrap()[0].key, "k");
         assert_eq!(lean.metadata.annotations.unwrap()["a"], "b");
