@@ -584,7 +584,7 @@ impl ResourceRequest<'_> {
                 return match (method, &self.name) {
                     (&Method::POST, Some(name)) => {
                         let body = read_body(body).await?;
-                        self.evict(name, &body)
+                        self.write(|| self.evict(name, &body))
                     }
                     _ => Err(ApiError::MethodNotAllowed(
                         "pods/eviction only accepts POST".into(),
@@ -606,28 +606,41 @@ impl ResourceRequest<'_> {
             (&Method::GET, Some(name)) => self.get(name),
             (&Method::POST, None) => {
                 let body = read_body(body).await?;
-                self.create(&body)
+                self.write(|| self.create(&body))
             }
             (&Method::PUT, Some(name)) => {
                 let body = read_body(body).await?;
-                self.update(name, &body)
+                self.write(|| self.update(name, &body))
             }
             (&Method::PATCH, Some(name)) => {
                 let body = read_body(body).await?;
-                self.patch(name, &body)
+                self.write(|| self.patch(name, &body))
             }
             (&Method::DELETE, Some(name)) => {
                 let body = read_body(body).await?;
-                self.delete(name, &body)
+                self.write(|| self.delete(name, &body))
             }
             (&Method::DELETE, None) => {
                 let body = read_body(body).await?;
-                self.delete_collection(&body)
+                self.write(|| self.delete_collection(&body))
             }
             (method, _) => Err(ApiError::MethodNotAllowed(format!(
                 "the server does not allow this method on the requested resource ({method} {})",
                 self.def.group_resource()
             ))),
+        }
+    }
+
+    /// Runs a write. On disk it waits for its group commit's transaction ([`crate::store`]); it waits outside the
+    /// runtime's worker threads (which go on serving other requests), so that many writes can wait on, and share,
+    /// one fsync. In memory, and on a single-threaded runtime (tests), it runs in place.
+    fn write<R>(&self, write: impl FnOnce() -> R) -> R {
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if multi_thread && self.state.store.on_disk() {
+            tokio::task::block_in_place(write)
+        } else {
+            write()
         }
     }
 

@@ -1,16 +1,25 @@
 //! Object storage: every object of every resource, one monotonic resourceVersion counter, and the log of recent
 //! changes that watches replay.
 //!
-//! State lives in memory and, unless the server runs in memory only, in a redb database: each change is one
-//! committed (fsynced) transaction holding the object, the change event and the counter, so a crash at any point
+//! State lives in memory and, unless the server runs in memory only, in a redb database: each change is written in
+//! a committed (fsynced) transaction holding the object, the change event and the counter, so a crash at any point
 //! (kill -9 included) loses nothing that was acknowledged, and resourceVersions continue after a restart. The event
 //! log keeps the last `window` changes on disk too, so that a watch resumes across a restart without lost or
 //! repeated events; older resourceVersions get 410 Gone.
+//!
+//! Group commit: on disk, concurrent writers share transactions. A writer decides under the lock (seeing the
+//! changes still waiting for their transaction, so decisions chain as if each had committed alone), takes the next
+//! resourceVersion and queues its change; the first writer to find no transaction under way becomes the leader,
+//! takes the whole queue and commits it as one transaction (one fsync) with the lock released, so that more
+//! changes queue meanwhile. Only then are the changes applied to what reads see, sent to watches (in
+//! resourceVersion order: one transaction at a time, queued in order) and their writers answered. A failed
+//! transaction fails its writes and every write queued after them (they may have been decided on top of them),
+//! and hands their resourceVersions out again: none of them was acknowledged.
 
 use std::{
     collections::{BTreeMap, HashMap, VecDeque},
     path::Path,
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{Arc, Condvar, Mutex, MutexGuard},
 };
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -109,12 +118,69 @@ pub type Subscription = (Vec<Arc<WatchEvent>>, broadcast::Receiver<Arc<WatchEven
 type ObjectKey = (String, String);
 
 struct Inner {
+    /// The last durable (and visible) change's resourceVersion.
     rv: u64,
     objects: HashMap<String, BTreeMap<ObjectKey, Arc<Value>>>,
     log: VecDeque<Arc<WatchEvent>>,
+    pending: Pending,
+}
+
+/// The group commit's state: changes decided but not yet durable (on disk only; always empty in memory).
+#[derive(Default)]
+struct Pending {
+    /// The last resourceVersion handed out (0 when nothing is pending: then it is `Inner::rv`).
+    issued: u64,
+    /// The newest undurable change of each object, which later decisions read instead of the durable state.
+    latest: HashMap<(String, ObjectKey), Arc<WatchEvent>>,
+    /// Changes waiting for the next transaction, in resourceVersion order.
+    queue: Vec<Arc<WatchEvent>>,
+    /// Whether a leader is committing a transaction now.
+    committing: bool,
+    /// Raised by a failed transaction: the writes queued or committing under an older epoch have failed.
+    epoch: u64,
+    /// Why the last transaction failed.
+    failure: String,
+    /// For each failed transaction (by the epoch it ended), the first resourceVersion it failed: writes below it
+    /// had been committed before.
+    failed_from: Vec<u64>,
+    /// Transactions committed since the store was opened.
+    commits: u64,
 }
 
 impl Inner {
+    /// The last resourceVersion handed out, durable or not.
+    fn issued(&self) -> u64 {
+        self.rv.max(self.pending.issued)
+    }
+
+    /// Applies durable changes: what reads see, the watch log, and the watches.
+    fn apply(
+        &mut self,
+        events: &[Arc<WatchEvent>],
+        sender: &broadcast::Sender<Arc<WatchEvent>>,
+        window: usize,
+    ) {
+        let Some(last) = events.last() else {
+            return;
+        };
+        self.rv = last.rv;
+        for event in events {
+            let objects = self.objects.entry(event.resource.clone()).or_default();
+            let key = (event.namespace.clone(), event.name.clone());
+            if event.event_type == EventType::Deleted {
+                objects.remove(&key);
+            } else {
+                objects.insert(key, Arc::clone(&event.object));
+            }
+            self.log.push_back(Arc::clone(event));
+            // No receiver is fine; lagging receivers notice and end their watch.
+            let _ = sender.send(Arc::clone(event));
+        }
+        while self.log.len() > window {
+            self.log.pop_front();
+        }
+    }
+
     /// The objects of a resource, in one namespace or all, ordered by namespace and name.
     fn objects_of(&self, resource: &str, namespace: Option<&str>) -> Vec<Arc<Value>> {
         self.objects
@@ -133,6 +199,8 @@ impl Inner {
 /// The object store. Cheap to share behind an `Arc`.
 pub struct Store {
     inner: Mutex<Inner>,
+    /// Signalled when a transaction ends (committed or failed), for the writers waiting on it.
+    durable: Condvar,
     db: Option<Database>,
     events: broadcast::Sender<Arc<WatchEvent>>,
     window: usize,
@@ -152,6 +220,7 @@ impl Store {
             rv: 0,
             objects: HashMap::new(),
             log: VecDeque::new(),
+            pending: Pending::default(),
         };
         let db = match path {
             None => None,
@@ -176,6 +245,7 @@ impl Store {
         };
         Ok(Self {
             inner: Mutex::new(inner),
+            durable: Condvar::new(),
             db,
             events,
             window,
@@ -190,9 +260,20 @@ impl Store {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The current resourceVersion (the last change's).
+    /// The current resourceVersion (the last durable change's).
     pub fn current_rv(&self) -> u64 {
         self.lock().rv
+    }
+
+    /// Whether changes go to disk (and a write may wait for its transaction's fsync).
+    pub fn on_disk(&self) -> bool {
+        self.db.is_some()
+    }
+
+    /// How many database transactions (each one fsync) have been committed since the store was opened; 0 in memory.
+    /// With concurrent writers it is below the number of changes: they share transactions (group commit).
+    pub fn commits(&self) -> u64 {
+        self.lock().pending.commits
     }
 
     /// One object.
@@ -242,15 +323,16 @@ impl Store {
     where
         F: FnOnce(Option<&Arc<Value>>) -> Result<Mutation, ApiError>,
     {
-        let mut inner = self.lock();
+        let inner = self.lock();
         let key = (namespace.to_owned(), name.to_owned());
         let (current, change) = decided(&inner, resource, &key, decide)?;
         let Some((event_type, object)) = change else {
             return Ok((current, None));
         };
-        let event = change_event(inner.rv + 1, resource, key, object, event_type, current);
-        self.commit(&mut inner, std::slice::from_ref(&event))?;
-        Ok((Some(Arc::clone(&event.object)), Some(event_type)))
+        let event = change_event(inner.issued() + 1, resource, key, object, event_type, current);
+        let object = Arc::clone(&event.object);
+        self.commit(inner, vec![event])?;
+        Ok((Some(object), Some(event_type)))
     }
 
     /// [`Store::mutate`] for many objects of one resource, committed together: one database transaction (one
@@ -267,12 +349,12 @@ impl Store {
     where
         F: FnMut(Option<&Arc<Value>>) -> Result<Mutation, ApiError>,
     {
-        let mut inner = self.lock();
+        let inner = self.lock();
         let mut events = Vec::new();
         for key in keys {
             let (current, change) = decided(&inner, resource, key, &mut decide)?;
             if let Some((event_type, object)) = change {
-                let rv = inner.rv + 1 + events.len() as u64;
+                let rv = inner.issued() + 1 + events.len() as u64;
                 events.push(change_event(
                     rv,
                     resource,
@@ -283,37 +365,98 @@ impl Store {
                 ));
             }
         }
-        self.commit(&mut inner, &events)?;
-        Ok(events.len())
+        let changed = events.len();
+        self.commit(inner, events)?;
+        Ok(changed)
     }
 
-    /// Persists `events` (consecutive resourceVersions after the current one) in one transaction, then applies them
-    /// to the objects and the log and sends them to watches.
-    fn commit(&self, inner: &mut Inner, events: &[Arc<WatchEvent>]) -> Result<(), ApiError> {
-        let Some(last) = events.last() else {
+    /// Makes `events` (consecutive resourceVersions after the last one handed out) durable, then applies them to
+    /// the objects and the log and sends them to watches; returns once that is done. In memory this happens at
+    /// once; on disk the events join the group commit's queue (module doc).
+    fn commit<'a>(
+        &'a self,
+        mut inner: MutexGuard<'a, Inner>,
+        events: Vec<Arc<WatchEvent>>,
+    ) -> Result<(), ApiError> {
+        let Some(mine) = events.last().map(|e| e.rv) else {
             return Ok(());
         };
-        if let Some(db) = &self.db {
-            self.persist(db, events)
-                .map_err(|err| ApiError::Internal(err.to_string()))?;
-        }
-        inner.rv = last.rv;
+        let Some(db) = &self.db else {
+            inner.apply(&events, &self.events, self.window);
+            return Ok(());
+        };
+        let epoch = inner.pending.epoch;
+        inner.pending.issued = mine;
         for event in events {
-            let objects = inner.objects.entry(event.resource.clone()).or_default();
-            let key = (event.namespace.clone(), event.name.clone());
-            if event.event_type == EventType::Deleted {
-                objects.remove(&key);
-            } else {
-                objects.insert(key, Arc::clone(&event.object));
+            let key = (
+                event.resource.clone(),
+                (event.namespace.clone(), event.name.clone()),
+            );
+            inner.pending.latest.insert(key, Arc::clone(&event));
+            inner.pending.queue.push(event);
+        }
+        loop {
+            if inner.pending.epoch != epoch {
+                let failed_from = inner
+                    .pending
+                    .failed_from
+                    .get(usize::try_from(epoch).unwrap_or(usize::MAX));
+                if failed_from.is_some_and(|&first| mine < first) {
+                    return Ok(());
+                }
+                return Err(ApiError::Internal(format!(
+                    "the write was not stored: {}",
+                    inner.pending.failure
+                )));
             }
-            inner.log.push_back(Arc::clone(event));
-            // No receiver is fine; lagging receivers notice and end their watch.
-            let _ = self.events.send(Arc::clone(event));
+            if inner.rv >= mine {
+                return Ok(());
+            }
+            if inner.pending.committing || inner.pending.queue.is_empty() {
+                inner = self
+                    .durable
+                    .wait(inner)
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                continue;
+            }
+            // The leader: commit everything queued, with the lock released so that more writers queue meanwhile.
+            let batch = std::mem::take(&mut inner.pending.queue);
+            inner.pending.committing = true;
+            drop(inner);
+            let result = self.persist(db, &batch);
+            inner = self.lock();
+            inner.pending.committing = false;
+            match result {
+                Ok(()) => {
+                    inner.pending.commits += 1;
+                    for event in &batch {
+                        let key = (
+                            event.resource.clone(),
+                            (event.namespace.clone(), event.name.clone()),
+                        );
+                        if inner.pending.latest.get(&key).is_some_and(|e| e.rv == event.rv) {
+                            inner.pending.latest.remove(&key);
+                        }
+                    }
+                    inner.apply(&batch, &self.events, self.window);
+                    if inner.pending.issued == inner.rv {
+                        inner.pending.issued = 0;
+                    }
+                }
+                Err(err) => {
+                    tracing::error!(error = %err, writes = batch.len(), "a storage transaction failed");
+                    let first_failed = inner.rv + 1;
+                    let pending = &mut inner.pending;
+                    pending.failed_from.push(first_failed);
+                    pending.epoch += 1;
+                    pending.failure = err.to_string();
+                    pending.queue.clear();
+                    pending.latest.clear();
+                    pending.issued = 0;
+                }
+            }
+            self.durable.notify_all();
         }
-        while inner.log.len() > self.window {
-            inner.log.pop_front();
-        }
-        Ok(())
     }
 
     /// What [`Store::mutate`] would do, decided the same way under the lock, with nothing committed (a dry run):
@@ -444,7 +587,16 @@ fn decided<F>(
 where
     F: FnOnce(Option<&Arc<Value>>) -> Result<Mutation, ApiError>,
 {
-    let current = inner.objects.get(resource).and_then(|m| m.get(key)).cloned();
+    let pending = if inner.pending.latest.is_empty() {
+        None
+    } else {
+        inner.pending.latest.get(&(resource.to_owned(), key.clone()))
+    };
+    let current = match pending {
+        Some(event) if event.event_type == EventType::Deleted => None,
+        Some(event) => Some(Arc::clone(&event.object)),
+        None => inner.objects.get(resource).and_then(|m| m.get(key)).cloned(),
+    };
     let change = match decide(current.as_ref())? {
         Mutation::Unchanged => None,
         Mutation::Put(object) if current.is_some() => Some((EventType::Modified, object)),
@@ -697,6 +849,129 @@ mod tests {
             matches!(store.watch_from(5), Err(ApiError::Expired(_))),
             "pruned changes stay gone on disk"
         );
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    /// Holds the group commit as if a transaction were under way, runs `writes` (each on its own thread) until
+    /// `queued` changes wait for the next transaction, then lets the commit go; the writes' results.
+    fn while_committing<T: Send>(
+        store: &Store,
+        queued: usize,
+        writes: Vec<Box<dyn FnOnce() -> T + Send + '_>>,
+    ) -> Vec<T> {
+        store.lock().pending.committing = true;
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = writes.into_iter().map(|w| scope.spawn(w)).collect();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while store.lock().pending.queue.len() < queued {
+                assert!(std::time::Instant::now() < deadline, "the writes did not queue");
+                std::thread::yield_now();
+            }
+            store.lock().pending.committing = false;
+            store.durable.notify_all();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn concurrent_writes_share_one_transaction_and_survive_a_reopen() {
+        let path = temp_db("group");
+        {
+            let store = Store::open(Some(&path), 100).unwrap();
+            let (_, mut watch) = store.watch_from(0).unwrap();
+            let store = &store;
+            let writes: Vec<Box<dyn FnOnce() -> u64 + Send + '_>> = (0..8)
+                .map(|i| Box::new(move || put(store, &format!("o{i}"), i)) as Box<_>)
+                .collect();
+            let mut versions = while_committing(store, 8, writes);
+            assert_eq!(store.commits(), 1, "eight writes, one transaction");
+            versions.sort_unstable();
+            assert_eq!(versions, (1..=8).collect::<Vec<u64>>());
+            let sent: Vec<u64> = (0..8).map(|_| watch.try_recv().unwrap().rv).collect();
+            assert_eq!(
+                sent,
+                (1..=8).collect::<Vec<u64>>(),
+                "watch events in resourceVersion order"
+            );
+        }
+        let store = Store::open(Some(&path), 100).unwrap();
+        assert_eq!(store.current_rv(), 8);
+        assert_eq!(store.counts(), BTreeMap::from([("/secrets".to_owned(), 8)]));
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_refused_write_does_not_join_the_transaction_and_the_others_commit() {
+        let path = temp_db("refused");
+        let store = &Store::open(Some(&path), 100).unwrap();
+        let mut writes: Vec<Box<dyn FnOnce() -> Result<(), ApiError> + Send + '_>> = (0..4)
+            .map(|i| {
+                Box::new(move || {
+                    put(store, &format!("o{i}"), i);
+                    Ok(())
+                }) as Box<_>
+            })
+            .collect();
+        writes.push(Box::new(|| {
+            store
+                .mutate("/secrets", "default", "bad", |_| {
+                    Err(ApiError::BadRequest("spec.x: refused".into()))
+                })
+                .map(|_| ())
+        }));
+        let results = while_committing(store, 4, writes);
+        assert!(matches!(results[4], Err(ApiError::BadRequest(_))));
+        assert!(results[..4].iter().all(Result::is_ok));
+        assert_eq!(store.commits(), 1);
+        assert_eq!(store.counts(), BTreeMap::from([("/secrets".to_owned(), 4)]));
+        assert!(store.get("/secrets", "default", "bad").is_none());
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_write_waiting_for_its_transaction_is_seen_by_later_decisions_but_not_by_reads() {
+        let path = temp_db("chain");
+        let store = Store::open(Some(&path), 100).unwrap();
+        put(&store, "a", 0);
+        let increment = || {
+            store
+                .mutate("/secrets", "default", "a", |current| {
+                    let mut object = (**current.unwrap()).clone();
+                    object["v"] = json!(object["v"].as_i64().unwrap() + 1);
+                    Ok(Mutation::Put(object))
+                })
+                .map(|_| ())
+        };
+        store.lock().pending.committing = true;
+        std::thread::scope(|scope| {
+            let first = scope.spawn(increment);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while store.lock().pending.queue.is_empty() {
+                assert!(std::time::Instant::now() < deadline, "the write did not queue");
+                std::thread::yield_now();
+            }
+            assert_eq!(
+                store.get("/secrets", "default", "a").unwrap()["v"],
+                0,
+                "reads see durable state only"
+            );
+            assert_eq!(store.current_rv(), 1);
+            let second = scope.spawn(increment);
+            while store.lock().pending.queue.len() < 2 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the second write did not queue"
+                );
+                std::thread::yield_now();
+            }
+            store.lock().pending.committing = false;
+            store.durable.notify_all();
+            first.join().unwrap().unwrap();
+            second.join().unwrap().unwrap();
+        });
+        let a = store.get("/secrets", "default", "a").unwrap();
+        assert_eq!(a["v"], 2, "the second decision read the first");
+        assert_eq!(a["metadata"]["resourceVersion"], "3");
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 

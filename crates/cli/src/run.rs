@@ -436,6 +436,7 @@ impl Controllers {
             flags: flags.clone(),
             registry: registry.clone(),
             trigger,
+            caches: std::sync::OnceLock::new(),
         });
         let role = flags.controllers;
         let identity = mcm_controllers::leader::default_identity();
@@ -516,17 +517,35 @@ struct Halves {
     flags: ControllerFlags,
     registry: Arc<mcm_controllers::metrics::Metrics>,
     trigger: mcm_controllers::orphans::Trigger,
+    /// The one watch of the Machines and of the Nodes every controller of the process reads, started by the first
+    /// half to start (a standby watches nothing).
+    caches: std::sync::OnceLock<mcm_controllers::shared_cache::Caches>,
 }
 
 impl Halves {
+    /// The shared caches, started at the first call; they stop when the process stops.
+    fn caches(&self, stopped: &tokio::sync::watch::Receiver<bool>) -> &mcm_controllers::shared_cache::Caches {
+        self.caches.get_or_init(|| {
+            mcm_controllers::shared_cache::Caches::start(
+                &self.control,
+                self.target.as_ref(),
+                &self.flags.namespace,
+                Some(&self.registry),
+                stopped_when(stopped.clone()),
+            )
+        })
+    }
+
     /// The machine controller, the class and secret finalizers, the orphan collection, the API server reachability
     /// freeze and (with a target cluster) the node deletion controller.
     fn start_machines(&self, stopped: &tokio::sync::watch::Receiver<bool>) -> Tasks {
         let flags = &self.flags;
+        let caches = self.caches(stopped).clone();
         let orphans = tokio::spawn(
             mcm_controllers::orphans::Collector::new(
                 self.control.clone(),
                 self.target.clone(),
+                caches.clone(),
                 self.driver.clone(),
                 mcm_controllers::orphans::Config {
                     period: flags.machine_safety_orphan_vms_period,
@@ -561,6 +580,7 @@ impl Halves {
                 settings: flags.settings(),
                 concurrency: flags.concurrency(MACHINE_CONCURRENT_SYNCS),
             },
+            caches.clone(),
             mcm_controllers::machine::Extras {
                 metrics: Some(self.registry.clone()),
                 freeze,
@@ -576,6 +596,7 @@ impl Halves {
         let references = tokio::spawn(mcm_controllers::references::run(
             self.control.clone(),
             flags.namespace.clone(),
+            caches,
             flags.machine_safety_resync,
             Some(self.registry.clone()),
             stopped_when(stopped.clone()),
@@ -591,6 +612,7 @@ impl Halves {
     /// The MachineSet and MachineDeployment controllers and the overshoot safety.
     fn start_sets(&self, stopped: &tokio::sync::watch::Receiver<bool>) -> Tasks {
         let flags = &self.flags;
+        let caches = self.caches(stopped).clone();
         let overshoot = tokio::spawn(mcm_controllers::overshoot::run(
             self.control.clone(),
             mcm_controllers::overshoot::Config {
@@ -599,6 +621,7 @@ impl Halves {
                 safety_down: u32::try_from(flags.safety_down).unwrap_or(0),
                 ..mcm_controllers::overshoot::Config::new(flags.namespace.clone())
             },
+            caches.clone(),
             Some(self.registry.clone()),
             stopped_when(stopped.clone()),
         ));
@@ -614,6 +637,7 @@ impl Halves {
                     mcm_core::machineset::MinReadySeconds::Ignore
                 },
             },
+            caches.clone(),
             Some(self.registry.clone()),
             stopped_when(stopped.clone()),
         ));
@@ -627,6 +651,7 @@ impl Halves {
                 autoscaler_scale_down_annotation_during_rollout: flags
                     .autoscaler_scaledown_annotation_during_rollout,
             },
+            caches,
             Some(self.registry.clone()),
             stopped_when(stopped.clone()),
         ));

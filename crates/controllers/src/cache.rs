@@ -17,23 +17,20 @@ where
 }
 
 /// Drives a kube-runtime controller's `work` until it ends, stopping it when `shutdown` resolves (the same signal
-/// its `graceful_shutdown_on` has). kube-runtime holds every reconcile until the controller's `store` is ready, and
+/// its `graceful_shutdown_on` has). kube-runtime holds every reconcile until the controller's store is ready, and
 /// its graceful shutdown stops the watch that would make it ready: stopped before the first sync, the work waited
 /// for ever (a process stopped or losing its Lease right after start never exited). So a shutdown before the sync
-/// drops the work, in which no reconcile can have started; after it, the graceful shutdown lets reconciles in
-/// flight finish.
-pub(crate) async fn until_stopped<K>(
+/// (`synced` says whether the controller's store has synced) drops the work, in which no reconcile can have
+/// started; after it, the graceful shutdown lets reconciles in flight finish.
+pub(crate) async fn until_stopped(
     work: impl Future<Output = ()>,
-    store: &Store<K>,
+    synced: impl FnOnce() -> bool,
     shutdown: impl Future<Output = ()>,
-) where
-    K: kube::Resource + Clone + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
+) {
     let work = std::pin::pin!(work);
     let shutdown = std::pin::pin!(shutdown);
     if let futures::future::Either::Right(((), work)) = futures::future::select(work, shutdown).await
-        && synced(store)
+        && synced()
     {
         work.await;
     }
@@ -52,52 +49,22 @@ pub(crate) fn lean<K: kube::Resource>(object: &mut K) {
     }
 }
 
-/// A machine as the set and deployment controllers read it: without the node's conditions and addresses mirrored
-/// into its status (read only by the machine controller, whose cache keeps them).
-pub(crate) fn lean_machine(machine: &mut mcm_api::Machine) {
-    lean(machine);
-    if let Some(status) = machine.status.as_mut() {
-        status.conditions = Vec::new();
-        status.addresses = Vec::new();
-    }
-}
-
-/// A machine reduced to what ownership and class references need (the overshoot safety, the class finalizer):
-/// metadata and `spec.class`.
-pub(crate) fn machine_identity(machine: &mut mcm_api::Machine) {
-    lean(machine);
-    let class = std::mem::take(&mut machine.spec.class);
-    machine.spec = mcm_api::MachineSpec {
-        class,
-        ..mcm_api::MachineSpec::default()
-    };
-    machine.status = None;
-}
-
-/// A node as the deployment controller reads it (labels, annotations, taints, resourceVersion, and of its status only
-/// the `InPlaceUpdate` condition, which an in-place rollout reads).
-pub(crate) fn node_marks(node: &mut k8s_openapi::api::core::v1::Node) {
-    lean(node);
-    let in_place: Vec<_> = node
-        .status
-        .take()
-        .and_then(|s| s.conditions)
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|c| c.type_ == mcm_api::keys::node_conditions::IN_PLACE_UPDATE)
-        .collect();
-    node.status = (!in_place.is_empty()).then(|| k8s_openapi::api::core::v1::NodeStatus {
-        conditions: Some(in_place),
-        ..Default::default()
-    });
-}
-
-/// A node as the machine controller reads it: without the container images the kubelet lists (often the largest
-/// part of a node's status, and never read).
+/// A node as the controllers read it (the shared cache): without what no decision reads and a kubelet reports in
+/// every node's status (the container images, often its largest part; allocatable, node info, daemon endpoints,
+/// config, runtime handlers, features, volumes in use). Capacity (node sync), conditions, addresses and the attached
+/// volumes (drain) stay. Nothing writes a cached node back whole (every node write is a patch), so what is dropped
+/// here is never lost.
 pub(crate) fn lean_node(node: &mut k8s_openapi::api::core::v1::Node) {
     lean(node);
     if let Some(status) = node.status.as_mut() {
         status.images = None;
+        status.allocatable = None;
+        status.node_info = None;
+        status.daemon_endpoints = None;
+        status.config = None;
+        status.runtime_handlers = None;
+        status.features = None;
+        status.volumes_in_use = None;
     }
 }
 
@@ -112,38 +79,20 @@ mod tests {
             "kind": "Machine",
             "metadata": {
                 "name": "m", "namespace": "ns", "resourceVersion": "7",
-                "labels": {"name": "d"},
                 "annotations": {LAST_APPLIED: "{}", "machinepriority.machine.sapcloud.io": "1"},
-                "managedFields": [{"manager": "kubectl", "operation": "Apply"}],
-                "ownerReferences": [{"apiVersion": "machine.sapcloud.io/v1alpha1", "kind": "MachineSet",
-                    "name": "s", "uid": "u", "controller": true}]
+                "managedFields": [{"manager": "kubectl", "operation": "Apply"}]
             },
             "spec": {"class": {"kind": "MachineClass", "name": "c"}, "providerID": "sim://1"},
-            "status": {
-                "currentStatus": {"phase": "Running"},
-                "conditions": [{"type": "Ready", "status": "True"}],
-                "addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]
-            }
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}
         }))
         .unwrap();
-        let mut set_view = machine.clone();
-        lean_machine(&mut set_view);
-        assert_eq!(set_view.metadata.managed_fields, None);
-        let annotations = set_view.metadata.annotations.clone().unwrap();
+        lean(&mut machine);
+        assert_eq!(machine.metadata.managed_fields, None);
+        let annotations = machine.metadata.annotations.clone().unwrap();
         assert!(!annotations.contains_key(LAST_APPLIED));
         assert_eq!(annotations["machinepriority.machine.sapcloud.io"], "1");
-        assert_eq!(set_view.phase(), Some(mcm_api::MachinePhase::Running));
-        assert_eq!(set_view.spec.provider_id, "sim://1");
-        assert!(set_view.status.as_ref().unwrap().conditions.is_empty());
-        assert!(set_view.status.as_ref().unwrap().addresses.is_empty());
-
-        machine_identity(&mut machine);
-        assert_eq!(machine.spec.class.name, "c");
-        assert!(machine.spec.provider_id.is_empty());
-        assert!(machine.status.is_none());
-        assert_eq!(machine.metadata.owner_references.as_ref().unwrap()[0].name, "s");
-        assert_eq!(machine.metadata.labels.as_ref().unwrap()["name"], "d");
-        assert_eq!(machine.metadata.resource_version.as_deref(), Some("7"));
+        assert_eq!(machine.spec.provider_id, "sim://1");
+        assert_eq!(machine.status.unwrap().conditions.len(), 1);
     }
 
     #[test]
@@ -153,36 +102,21 @@ mod tests {
             "spec": {"taints": [{"key": "k", "effect": "PreferNoSchedule"}]},
             "status": {
                 "conditions": [{"type": "Ready", "status": "True"}],
-                "images": [{"names": ["registry/image:1"], "sizeBytes": 1}]
+                "images": [{"names": ["registry/image:1"], "sizeBytes": 1}],
+                "allocatable": {"cpu": "2"},
+                "nodeInfo": {"machineID": "m", "systemUUID": "s", "bootID": "b", "kernelVersion": "k",
+                    "osImage": "o", "containerRuntimeVersion": "c", "kubeletVersion": "v1.33.0",
+                    "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"}
             }
         }))
         .unwrap();
-        let mut in_place = node.clone();
-        in_place
-            .status
-            .as_mut()
-            .unwrap()
-            .conditions
-            .as_mut()
-            .unwrap()
-            .push(k8s_openapi::api::core::v1::NodeCondition {
-                type_: mcm_api::keys::node_conditions::IN_PLACE_UPDATE.into(),
-                status: "True".into(),
-                reason: Some("UpdateSuccessful".into()),
-                ..Default::default()
-            });
-        node_marks(&mut in_place);
-        let kept = in_place.status.unwrap().conditions.unwrap();
-        assert_eq!(kept.len(), 1, "only the InPlaceUpdate condition: {kept:?}");
-        assert_eq!(kept[0].reason.as_deref(), Some("UpdateSuccessful"));
-        let mut marks = node.clone();
-        node_marks(&mut marks);
-        assert!(marks.status.is_none());
-        assert_eq!(marks.spec.unwrap().taints.unwrap()[0].key, "k");
         let mut lean = node;
         lean_node(&mut lean);
         let status = lean.status.unwrap();
         assert!(status.images.is_none());
+        assert!(status.node_info.is_none() && status.allocatable.is_none());
         assert_eq!(status.conditions.unwrap()[0].type_, "Ready");
+        assert_eq!(lean.spec.unwrap().taints.unwrap()[0].key, "k");
+        assert_eq!(lean.metadata.annotations.unwrap()["a"], "b");
     }
 }

@@ -51,6 +51,7 @@ mod owners;
 pub mod reachability;
 pub mod references;
 pub mod secrets;
+pub mod shared_cache;
 mod throttle;
 pub mod watch_health;
 

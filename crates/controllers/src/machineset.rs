@@ -5,7 +5,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use futures::{FutureExt, StreamExt, TryStreamExt, future::join_all};
+use futures::{FutureExt, StreamExt, future::join_all};
 use k8s_openapi::Resource as _;
 use kube::{
     Api, Client, ResourceExt,
@@ -45,6 +45,8 @@ struct Context {
     client: Client,
     config: Config,
     machines: Store<Machine>,
+    /// Whether the shared machine cache has synced (never ask the store itself: `crate::shared_cache`).
+    machines_synced: crate::shared_cache::Synced,
     /// The machines of each set (and the orphans), beside `machines`.
     owners: crate::owners::OwnerIndex,
     expectations: std::sync::Mutex<BTreeMap<String, Expectations>>,
@@ -75,11 +77,12 @@ impl Context {
     }
 }
 
-/// Runs the MachineSet controller until `shutdown` resolves. With `metrics`, its set cache feeds them at scrape
-/// time and its reconciles are metered; `None` runs the controller alone.
+/// Runs the MachineSet controller on the process's shared machine cache until `shutdown` resolves. With `metrics`,
+/// its set cache feeds them at scrape time and its reconciles are metered; `None` runs the controller alone.
 pub async fn run(
     client: Client,
     config: Config,
+    caches: crate::shared_cache::Caches,
     metrics: Option<Arc<crate::metrics::Metrics>>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
@@ -104,22 +107,8 @@ pub async fn run(
     if let Some(metrics) = &metrics {
         metrics.attach_machine_sets(sets.clone());
     }
-    let (machines, writer) = reflector::store::<Machine>();
-    let owners = crate::owners::OwnerIndex::default();
-    let machine_stream = watcher(
-        Api::<Machine>::namespaced(client.clone(), &namespace),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .modify(crate::cache::lean_machine)
-    .inspect_ok({
-        let owners = owners.clone();
-        move |event| owners.observe(event)
-    })
-    .reflect(writer)
-    .touched_objects();
     let mapper_namespace = namespace.clone();
-    let by_machine = move |machine: Machine| -> Vec<ObjectRef<MachineSet>> {
+    let by_machine = move |machine: Arc<Machine>| -> Vec<ObjectRef<MachineSet>> {
         if let Some(owner) = machine.controller_ref() {
             if owner.kind == MachineSet::KIND {
                 return vec![ObjectRef::new(&owner.name).within(&mapper_namespace)];
@@ -137,8 +126,9 @@ pub async fn run(
         recorder: Recorder::new(client.clone(), "machineset-controller"),
         client,
         config: config.clone(),
-        machines,
-        owners,
+        machines: caches.machines.store(),
+        machines_synced: caches.machines.readiness(),
+        owners: caches.owners.clone(),
         expectations: std::sync::Mutex::default(),
         warned: crate::invalid::Warned::default(),
         no_effect: crate::ignored::NoEffect::default(),
@@ -146,7 +136,7 @@ pub async fn run(
     });
     let shutdown = shutdown.boxed().shared();
     let work = controller
-        .watches_stream(machine_stream, meter.mapper(by_machine))
+        .watches_shared_stream(caches.machines.objects(), meter.mapper(by_machine))
         .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown.clone())
         .run(
@@ -165,7 +155,7 @@ pub async fn run(
                 }
             }
         });
-    crate::cache::until_stopped(work, &set_store, shutdown).await;
+    crate::cache::until_stopped(work, || crate::cache::synced(&set_store), shutdown).await;
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature is kube-runtime's
@@ -186,7 +176,7 @@ async fn deployment_delete_policy(set: &MachineSet, ctx: &Context) -> Option<Str
 }
 
 async fn reconcile(set: Arc<MachineSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if !crate::cache::synced(&ctx.machines) {
+    if !ctx.machines_synced.get() {
         return Ok(Action::requeue(Duration::from_millis(100)));
     }
     pass(set, &ctx).await

@@ -51,7 +51,7 @@ use reconcile::MeterShared;
 /// The metrics of one `mcm run` process.
 pub struct Metrics {
     registry: Registry,
-    machines: OnceLock<Store<Machine>>,
+    machines: OnceLock<crate::shared_cache::SharedCache<Machine>>,
     machine_sets: OnceLock<Store<MachineSet>>,
     machine_deployments: OnceLock<Store<MachineDeployment>>,
     machine: MachineFamilies,
@@ -123,7 +123,7 @@ impl Metrics {
         let mut ready = true;
         let mut text = String::new();
         if let Some(machines) = self.machines.get()
-            && !crate::cache::synced(machines)
+            && !machines.synced()
         {
             ready = false;
             text.push_str("[-]machine-cache failed: the machine cache has not synced yet\n");
@@ -166,9 +166,9 @@ impl Metrics {
         self.stale_machines.inc();
     }
 
-    /// Reads machine state from this cache at scrape time (the machine controller attaches its own).
-    pub fn attach_machines(&self, machines: Store<Machine>) {
-        let _ = self.machines.set(machines);
+    /// Reads machine state from this cache at scrape time (the machine controller attaches the shared one).
+    pub fn attach_machines(&self, machines: &crate::shared_cache::SharedCache<Machine>) {
+        let _ = self.machines.set(machines.clone());
     }
 
     /// Reads machine set state from this cache at scrape time (the set controller attaches its own).
@@ -189,8 +189,8 @@ impl Metrics {
     /// The text exposition (Prometheus / OpenMetrics text), the cache-fed gauges refreshed first.
     pub fn encode(&self) -> String {
         let _one_scrape = self.scrape.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(store) = self.machines.get() {
-            self.refresh_machines(&store.state());
+        if let Some(cache) = self.machines.get() {
+            self.refresh_machines(&cache.store().state());
         }
         if let Some(store) = self.machine_sets.get() {
             self.refresh_sets(&store.state());

@@ -10,15 +10,15 @@
 
 use std::{future::Future, sync::Arc, time::Duration};
 
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::{
     Api, Client, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, Preconditions},
     runtime::{
-        Controller, WatchStreamExt,
+        Controller,
         controller::Action,
-        reflector::{self, ObjectRef, Store},
+        reflector::{ObjectRef, Store},
         watcher,
     },
 };
@@ -51,73 +51,16 @@ struct Context {
     target: Client,
     config: Config,
     machines: Store<Machine>,
+    /// Whether the shared machine cache has synced (never ask the store itself: `crate::shared_cache`).
+    machines_synced: crate::shared_cache::Synced,
     nodes: Store<Node>,
     recorder: crate::events::Recorder,
     /// Nodes deleted outright, handled by [`handle_gone`]; a failed attempt is sent here again after the retry.
     gone: mpsc::UnboundedSender<Node>,
 }
 
-/// A node reduced to its metadata: all the decisions read.
-fn node_metadata(node: &mut Node) {
-    crate::cache::lean(node);
-    node.spec = None;
-    node.status = None;
-}
-
-/// Where the machine controller hands its node events when the node deletion controller runs on its caches
-/// ([`run_on`]): a node being deleted (to reconcile) and a node deleted outright (to [`handle_gone`]).
-#[derive(Clone, Debug)]
-pub struct Inlet {
-    deleting: mpsc::UnboundedSender<Node>,
-    gone: mpsc::UnboundedSender<Node>,
-}
-
-/// The receiving end of an [`Inlet`], handed to [`run_on`].
-#[derive(Debug)]
-pub struct Outlet {
-    deleting: mpsc::UnboundedReceiver<Node>,
-    gone: mpsc::UnboundedReceiver<Node>,
-    gone_again: mpsc::UnboundedSender<Node>,
-}
-
-/// A connected [`Inlet`] and [`Outlet`].
-#[must_use]
-pub fn channel() -> (Inlet, Outlet) {
-    let (deleting_tx, deleting_rx) = mpsc::unbounded_channel();
-    let (gone_tx, gone_rx) = mpsc::unbounded_channel();
-    (
-        Inlet {
-            deleting: deleting_tx,
-            gone: gone_tx.clone(),
-        },
-        Outlet {
-            deleting: deleting_rx,
-            gone: gone_rx,
-            gone_again: gone_tx,
-        },
-    )
-}
-
-impl Inlet {
-    /// Passes on what the node deletion controller acts on from one event of a node watch: a node being deleted, or
-    /// a node deleted outright. Live nodes' changes (heartbeats) are not passed on.
-    pub fn observe(&self, event: &watcher::Event<Node>) {
-        match event {
-            watcher::Event::Apply(node) | watcher::Event::InitApply(node)
-                if node.metadata.deletion_timestamp.is_some() =>
-            {
-                let _ = self.deleting.send(node.clone());
-            }
-            watcher::Event::Delete(node) => {
-                let _ = self.gone.send(node.clone());
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Runs the node deletion controller on its own watches of the Machines and Nodes until `shutdown` resolves. `mcm
-/// run` uses [`run_on`] instead, on the machine controller's caches (one watch of each kind, not two).
+/// Runs the node deletion controller on watches of its own of the Machines and Nodes until `shutdown` resolves.
+/// `mcm run` uses [`run_on`] instead, on the caches every controller of the process shares.
 pub async fn run(
     control: Client,
     target: Client,
@@ -125,37 +68,53 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let shutdown = shutdown.boxed().shared();
-    let (machines, machine_writer) = reflector::store::<Machine>();
-    let machine_stream = watcher(
-        Api::<Machine>::namespaced(control.clone(), &config.namespace),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .modify(crate::cache::machine_identity)
-    .reflect(machine_writer)
-    .touched_objects();
-    let (nodes, node_writer) = reflector::store::<Node>();
-    let (inlet, outlet) = channel();
-    // Only nodes being deleted are reconciled: a heartbeat of a live node asks for nothing.
-    let node_stream = watcher(Api::<Node>::all(target.clone()), watcher::Config::default())
-        .default_backoff()
-        .modify(node_metadata)
-        // Nodes deleted outright go to `handle_gone`; nodes being deleted reach the controller through this stream
-        // itself (the outlet's receiver of those is not used here).
-        .inspect(move |event| {
-            if let Ok(event) = event {
-                inlet.observe(event);
+    let caches = crate::shared_cache::Caches::start(
+        &control,
+        Some(&target),
+        &config.namespace,
+        None,
+        shutdown.clone(),
+    );
+    let Some(nodes) = caches.nodes.clone() else {
+        return;
+    };
+    run_on(control, target, config, (caches.machines, nodes), shutdown).await;
+}
+
+/// Runs the node deletion controller on the shared caches of the Machines and Nodes until `shutdown` resolves: a
+/// node being deleted is reconciled, a node deleted outright goes to [`handle_gone`]; live nodes' changes
+/// (heartbeats) ask for nothing. A machine's change (deleted, its deletion started, its node label set) looks again
+/// at its node if that node is being deleted.
+pub async fn run_on(
+    control: Client,
+    target: Client,
+    config: Config,
+    (machines, nodes): (
+        crate::shared_cache::SharedCache<Machine>,
+        crate::shared_cache::SharedCache<Node>,
+    ),
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (gone_tx, gone_rx) = mpsc::unbounded_channel::<Node>();
+    let gone_seen = gone_tx.clone();
+    let deleting = nodes.events().filter_map(move |event| {
+        futures::future::ready(match event {
+            watcher::Event::Apply(node) | watcher::Event::InitApply(node)
+                if node.metadata.deletion_timestamp.is_some() =>
+            {
+                Some(node)
             }
+            watcher::Event::Delete(node) => {
+                let _ = gone_seen.send((*node).clone());
+                None
+            }
+            _ => None,
         })
-        .reflect(node_writer)
-        .applied_objects()
-        .try_filter(|node| futures::future::ready(node.metadata.deletion_timestamp.is_some()));
-    // A machine's change (deleted, its deletion started, its node label set) looks again at its node if that node
-    // is being deleted.
-    let node_view = nodes.clone();
-    let controller = Controller::for_stream(node_stream, nodes.clone()).watches_stream(
-        machine_stream,
-        move |machine: Machine| {
+    });
+    let node_view = nodes.store();
+    let controller = Controller::for_shared_stream(deleting, nodes.store()).watches_shared_stream(
+        machines.objects(),
+        move |machine: Arc<Machine>| {
             let node = machine.labels().get(mcm_api::keys::labels::NODE)?.clone();
             let reference = ObjectRef::<Node>::new(&node);
             node_view
@@ -164,44 +123,13 @@ pub async fn run(
                 .map(|_| reference)
         },
     );
-    let Outlet { gone, gone_again, .. } = outlet;
     drive(
         control,
         target,
         config,
         (machines, nodes),
         controller,
-        (gone, gone_again),
-        shutdown,
-    )
-    .await;
-}
-
-/// Runs the node deletion controller on the machine controller's caches of the Machines and Nodes, fed through the
-/// [`Inlet`] its node watch calls, until `shutdown` resolves. A change of a machine alone does not wake a node
-/// being deleted: such a node is looked at again every `resync` while its machine's deletion is under way.
-pub async fn run_on(
-    control: Client,
-    target: Client,
-    config: Config,
-    caches: (Store<Machine>, Store<Node>),
-    outlet: Outlet,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) {
-    let Outlet {
-        mut deleting,
-        gone,
-        gone_again,
-    } = outlet;
-    let trigger = futures::stream::poll_fn(move |cx| deleting.poll_recv(cx)).map(Ok::<_, watcher::Error>);
-    let controller = Controller::for_stream(trigger, caches.1.clone());
-    drive(
-        control,
-        target,
-        config,
-        caches,
-        controller,
-        (gone, gone_again),
+        (gone_rx, gone_tx),
         shutdown.boxed().shared(),
     )
     .await;
@@ -212,7 +140,10 @@ async fn drive(
     control: Client,
     target: Client,
     config: Config,
-    (machines, nodes): (Store<Machine>, Store<Node>),
+    (machines, nodes): (
+        crate::shared_cache::SharedCache<Machine>,
+        crate::shared_cache::SharedCache<Node>,
+    ),
     controller: Controller<Node>,
     (mut gone_rx, gone_tx): (mpsc::UnboundedReceiver<Node>, mpsc::UnboundedSender<Node>),
     shutdown: futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
@@ -222,8 +153,9 @@ async fn drive(
         control,
         target,
         config,
-        machines,
-        nodes: nodes.clone(),
+        machines: machines.store(),
+        machines_synced: machines.readiness(),
+        nodes: nodes.store(),
         gone: gone_tx,
     });
     let work = controller
@@ -243,7 +175,10 @@ async fn drive(
         }
     };
     let gone = futures::future::select(Box::pin(gone), shutdown.clone());
-    tokio::join!(crate::cache::until_stopped(work, &nodes, shutdown), gone);
+    tokio::join!(
+        crate::cache::until_stopped(work, move || nodes.synced(), shutdown),
+        gone
+    );
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature is kube-runtime's
@@ -253,7 +188,7 @@ fn error_policy(node: Arc<Node>, error: &Error, ctx: Arc<Context>) -> Action {
 }
 
 async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if !crate::cache::synced(&ctx.machines) {
+    if !ctx.machines_synced.get() {
         // No machine seen yet is not no machine: a finalizer removed now could be one still needed.
         return Ok(Action::requeue(CACHE_WAIT));
     }
@@ -334,7 +269,7 @@ async fn delete_machine(node: &str, machine: &str, ctx: &Context) -> Result<(), 
 /// machine cache has synced; a failed attempt is tried again after the retry while the node has not come back.
 async fn handle_gone(node: &Node, ctx: &Context) {
     let name = node.name_any();
-    let delay = if crate::cache::synced(&ctx.machines) {
+    let delay = if ctx.machines_synced.get() {
         let decision = {
             let machines = ctx.machines.state();
             node_deletion::decide(NodeSeen::Gone(node), machines.iter().map(|m| &**m))

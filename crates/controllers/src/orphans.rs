@@ -7,7 +7,9 @@
 //! 1. lists the MachineClasses of the namespace and calls ListMachines for each, with the class's secret
 //!    (`secretRef` data with `credentialsSecretRef` data on top, as the machine controller sends it); a class whose
 //!    secret is missing, or whose call fails, is skipped for this pass;
-//! 2. lists the Machines (after the ListMachines calls, see [`mcm_core::safety_orphans`]);
+//! 2. reads the Machines from the process's shared cache (after the ListMachines calls, see
+//!    [`mcm_core::safety_orphans`]: the machine controller creates a VM only for a Machine it has seen in that same
+//!    cache, and the last look before each deletion reads the API server), so a pass lists no Machine and copies none;
 //! 3. decides the orphans: VMs seen for at least [`Config::grace`] with no Machine of their name, or extra VMs of
 //!    a Machine that records another provider ID and is not being created;
 //! 4. for each orphan: a Warning Event `OrphanVMFound` on the class (once per VM) and the metric
@@ -15,7 +17,7 @@
 //!    last look at the Machine of the name and DeleteMachine with a stand-in Machine carrying the orphan's machine
 //!    name and provider ID, a Normal Event `OrphanVMDeleted` and `mcm_machine_orphan_vms_deleted_total` (a failed
 //!    deletion is a Warning Event `OrphanVMDeletionFailed` and is tried again next pass);
-//! 5. with a target cluster: marks the nodes no Machine claims, older than [`Config::creation_timeout`], with
+//! 5. with a target cluster: marks the nodes (read from the shared node cache) no Machine claims, older than [`Config::creation_timeout`], with
 //!    `node.machine.sapcloud.io/not-managed-by-mcm=1` (dropping the node finalizer), and unmarks them once a Machine
 //!    claims them.
 //!
@@ -67,6 +69,9 @@ pub const REASON_DELETION_FAILED: &str = "OrphanVMDeletionFailed";
 /// How long after a poke the pass starts (10s): the pokes of a burst (a scale-down deleting many machines) share
 /// one pass, and every pass calls ListMachines once per class, against the provider's rate limits.
 pub const DEFAULT_POKE_DELAY: Duration = Duration::from_secs(10);
+
+/// How soon a pass is tried again while the shared caches have not synced.
+const CACHE_WAIT: Duration = Duration::from_secs(1);
 
 /// How the collection runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -208,6 +213,7 @@ struct Memory {
 pub struct Collector {
     control: Client,
     target: Option<Client>,
+    caches: crate::shared_cache::Caches,
     driver: Arc<dyn Driver>,
     config: Config,
     trigger: Trigger,
@@ -235,22 +241,24 @@ struct ClassContext {
 pub async fn run(
     control: Client,
     target: Option<Client>,
+    caches: crate::shared_cache::Caches,
     driver: Arc<dyn Driver>,
     config: Config,
     trigger: Trigger,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) {
-    Collector::new(control, target, driver, config, trigger)
+    Collector::new(control, target, caches, driver, config, trigger)
         .run(shutdown)
         .await;
 }
 
 impl Collector {
-    /// A collection of the classes of `config.namespace` through `driver`, marking nodes in `target` (none without
-    /// a target cluster), passing when `trigger` is poked.
+    /// A collection of the classes of `config.namespace` through `driver`, reading the Machines and Nodes from
+    /// `caches`, marking nodes in `target` (none without a target cluster), passing when `trigger` is poked.
     pub fn new(
         control: Client,
         target: Option<Client>,
+        caches: crate::shared_cache::Caches,
         driver: Arc<dyn Driver>,
         config: Config,
         trigger: Trigger,
@@ -259,6 +267,7 @@ impl Collector {
             recorder: Recorder::new(control.clone(), "machine-controller"),
             control,
             target,
+            caches,
             driver,
             config,
             trigger,
@@ -314,8 +323,20 @@ impl Collector {
         Api::namespaced(self.control.clone(), &self.config.namespace)
     }
 
-    /// One pass (see the module documentation); returns when the earliest waiting candidate matures.
+    /// One pass (see the module documentation); returns when the earliest waiting candidate matures (or, while the
+    /// caches have not synced, when to look again).
     async fn pass(&mut self) -> Option<jiff::Timestamp> {
+        let caches_synced = self.caches.machines.synced()
+            && (self.target.is_none()
+                || self
+                    .caches
+                    .nodes
+                    .as_ref()
+                    .is_some_and(crate::shared_cache::SharedCache::synced));
+        if !caches_synced {
+            // No machine seen yet is not no machine: every VM would look orphaned.
+            return Some(mcm_core::timeouts::add(jiff::Timestamp::now(), CACHE_WAIT));
+        }
         let classes: Api<MachineClass> = Api::namespaced(self.control.clone(), &self.config.namespace);
         let classes = match classes.list(&ListParams::default()).await {
             Ok(list) => list.items,
@@ -360,14 +381,8 @@ impl Collector {
                 ),
             }
         }
-        // After the ListMachines calls: every VM of a machine listed above has its Machine in this list.
-        let machines = match self.machines().list(&ListParams::default()).await {
-            Ok(list) => list.items,
-            Err(err) => {
-                tracing::warn!(error = %err, "orphan collection: cannot list the machines");
-                return None;
-            }
-        };
+        // After the ListMachines calls: every VM of a machine listed above has its Machine in this cache.
+        let machines = self.caches.machines.store().state();
         let now = jiff::Timestamp::now();
         let plan = safety_orphans::decide_vms(
             &VmInput {
@@ -490,15 +505,14 @@ impl Collector {
     }
 
     /// Marks the nodes no machine claims and unmarks the claimed ones (target cluster; a dry run only logs).
-    async fn mark_nodes(&self, target: &Client, machines: &[Machine], now: jiff::Timestamp) {
+    async fn mark_nodes(&self, target: &Client, machines: &[Arc<Machine>], now: jiff::Timestamp) {
         let api: Api<Node> = Api::all(target.clone());
-        let nodes = match api.list(&ListParams::default()).await {
-            Ok(list) => list.items,
-            Err(err) => {
-                tracing::warn!(error = %err, "orphan collection: cannot list the nodes");
-                return;
-            }
-        };
+        let nodes = self
+            .caches
+            .nodes
+            .as_ref()
+            .map(|nodes| nodes.store().state())
+            .unwrap_or_default();
         let changes = safety_orphans::decide_nodes(&NodeInput {
             nodes: &nodes,
             machines,

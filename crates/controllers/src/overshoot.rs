@@ -103,7 +103,7 @@ fn key_of(machine: &Machine) -> String {
 
 impl Creations {
     /// Whether `event` shows a Machine that did not exist before.
-    fn observe(&mut self, event: &watcher::Event<Machine>) -> bool {
+    fn observe(&mut self, event: &crate::shared_cache::SharedEvent<Machine>) -> bool {
         match event {
             watcher::Event::Init => {
                 self.relist = Some(HashSet::new());
@@ -141,27 +141,21 @@ fn asks_for_pass<K: Resource>(event: &watcher::Event<K>, out_of_line: fn(&K) -> 
     }
 }
 
-/// Runs the overshoot safety loop until `shutdown` resolves.
+/// Runs the overshoot safety loop, on the process's shared machine cache, until `shutdown` resolves.
 pub async fn run(
     client: Client,
     config: Config,
+    caches: crate::shared_cache::Caches,
     metrics: Option<std::sync::Arc<crate::metrics::Metrics>>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     // A pass is the work of the reference's `machinesafetyovershooting` queue.
     let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machinesafetyovershooting");
     let namespace = config.namespace.clone();
-    let (machines, machine_writer) = reflector::store::<Machine>();
+    let machines = caches.machines.store();
     let (sets, set_writer) = reflector::store::<MachineSet>();
     let (deployments, deployment_writer) = reflector::store::<MachineDeployment>();
-    let mut machine_events = watcher(
-        Api::<Machine>::namespaced(client.clone(), &namespace),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .modify(crate::cache::machine_identity)
-    .reflect(machine_writer)
-    .boxed();
+    let mut machine_events = caches.machines.events().boxed();
     let mut set_events = watcher(
         Api::<MachineSet>::namespaced(client.clone(), &namespace),
         watcher::Config::default(),
@@ -195,17 +189,13 @@ pub async fn run(
     loop {
         tokio::select! {
             () = &mut shutdown => break,
-            event = machine_events.next() => match event {
-                Some(Ok(event)) => {
-                    if creations.observe(&event) {
-                        next_pass = next_pass.min(Instant::now() + DEBOUNCE);
-                    }
+            event = machine_events.next() => if let Some(event) = event {
+                if creations.observe(&event) {
+                    next_pass = next_pass.min(Instant::now() + DEBOUNCE);
                 }
-                Some(Err(err)) => tracing::debug!(error = %err, "machine watch error; retrying"),
-                None => {
-                    tracing::warn!("machine watch ended; overshoot safety loop stops");
-                    break;
-                }
+            } else {
+                tracing::warn!("machine cache ended; overshoot safety loop stops");
+                break;
             },
             event = set_events.next() => match event {
                 Some(Ok(event)) => {
@@ -232,7 +222,7 @@ pub async fn run(
                 }
             },
             () = sleep_until(next_pass) => {
-                if !(crate::cache::synced(&machines) && crate::cache::synced(&sets)
+                if !(caches.machines.synced() && crate::cache::synced(&sets)
                     && crate::cache::synced(&deployments))
                 {
                     next_pass = Instant::now() + CACHE_RETRY;
@@ -468,27 +458,54 @@ mod tests {
     #[test]
     fn creations_are_new_machines_but_not_the_first_list() {
         let mut c = Creations::default();
-        assert!(!c.observe(&watcher::Event::Init));
-        assert!(!c.observe(&watcher::Event::InitApply(machine("a"))));
+        assert!(!c.observe(&crate::shared_cache::shared_event(watcher::Event::Init)));
         assert!(
-            !c.observe(&watcher::Event::InitDone),
+            !c.observe(&crate::shared_cache::shared_event(watcher::Event::InitApply(
+                machine("a")
+            )))
+        );
+        assert!(
+            !c.observe(&crate::shared_cache::shared_event(watcher::Event::InitDone)),
             "the first list is not a creation"
         );
-        assert!(c.observe(&watcher::Event::Apply(machine("b"))), "a new machine");
         assert!(
-            !c.observe(&watcher::Event::Apply(machine("b"))),
+            c.observe(&crate::shared_cache::shared_event(watcher::Event::Apply(
+                machine("b")
+            ))),
+            "a new machine"
+        );
+        assert!(
+            !c.observe(&crate::shared_cache::shared_event(watcher::Event::Apply(
+                machine("b")
+            ))),
             "a change of a known one"
         );
-        assert!(!c.observe(&watcher::Event::Delete(machine("a"))));
+        assert!(
+            !c.observe(&crate::shared_cache::shared_event(watcher::Event::Delete(
+                machine("a")
+            )))
+        );
         // A re-list after a broken watch: "c" appeared meanwhile.
-        assert!(!c.observe(&watcher::Event::Init));
-        assert!(!c.observe(&watcher::Event::InitApply(machine("b"))));
-        assert!(!c.observe(&watcher::Event::InitApply(machine("c"))));
-        assert!(c.observe(&watcher::Event::InitDone));
+        assert!(!c.observe(&crate::shared_cache::shared_event(watcher::Event::Init)));
+        assert!(
+            !c.observe(&crate::shared_cache::shared_event(watcher::Event::InitApply(
+                machine("b")
+            )))
+        );
+        assert!(
+            !c.observe(&crate::shared_cache::shared_event(watcher::Event::InitApply(
+                machine("c")
+            )))
+        );
+        assert!(c.observe(&crate::shared_cache::shared_event(watcher::Event::InitDone)));
         // The same list again shows nothing new.
-        assert!(!c.observe(&watcher::Event::Init));
-        assert!(!c.observe(&watcher::Event::InitApply(machine("c"))));
-        assert!(!c.observe(&watcher::Event::InitDone));
+        assert!(!c.observe(&crate::shared_cache::shared_event(watcher::Event::Init)));
+        assert!(
+            !c.observe(&crate::shared_cache::shared_event(watcher::Event::InitApply(
+                machine("c")
+            )))
+        );
+        assert!(!c.observe(&crate::shared_cache::shared_event(watcher::Event::InitDone)));
     }
 
     #[test]

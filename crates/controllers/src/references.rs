@@ -11,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::{Resource as _, api::core::v1::Secret};
 use kube::{
     Api, Client, Resource, ResourceExt,
@@ -81,7 +81,7 @@ impl Uses {
 
 impl ClassUses {
     /// Applies one watch event; returns the classes whose users changed.
-    fn observe(&self, event: &watcher::Event<Machine>) -> Vec<String> {
+    fn observe(&self, event: &crate::shared_cache::SharedEvent<Machine>) -> Vec<String> {
         fn used_class(machine: &Machine) -> Option<(String, String)> {
             let name = machine.metadata.name.clone()?;
             (machine.spec.class.kind == MachineClass::KIND).then(|| (name, machine.spec.class.name.clone()))
@@ -141,13 +141,15 @@ impl ClassUses {
     }
 }
 
-/// Runs the class and secret finalizer controllers of `namespace` until `shutdown` resolves. `resync` is how often
+/// Runs the class and secret finalizer controllers of `namespace`, following the machines of the process's shared
+/// cache, until `shutdown` resolves. `resync` is how often
 /// each object is looked at again without a change (the reference: 10 minutes). With `metrics`, the reconciles of
 /// both controllers are metered (`machineclass`, `secret`); `None` runs them alone.
 #[allow(clippy::too_many_lines)] // the wiring of the watches reads best in one place
 pub async fn run(
     client: Client,
     namespace: String,
+    caches: crate::shared_cache::Caches,
     resync: Duration,
     metrics: Option<Arc<crate::metrics::Metrics>>,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
@@ -155,12 +157,7 @@ pub async fn run(
     let shutdown = shutdown.boxed().shared();
     let uses = ClassUses::default();
     // The classes whose users changed, as stand-in machines naming them (what the class controller maps from).
-    let class_changes = watcher(
-        Api::<Machine>::namespaced(client.clone(), &namespace),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .map_ok({
+    let class_changes = caches.machines.events().flat_map({
         let uses = uses.clone();
         move |event| {
             let classes = uses.observe(&event);
@@ -173,8 +170,7 @@ pub async fn run(
                 Ok(machine)
             }))
         }
-    })
-    .try_flatten();
+    });
     let class_api = Api::<MachineClass>::namespaced(client.clone(), &namespace);
     // Both queues' triggers are metered (the work queue metrics): each controller is built on its own watch.
     let class_meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machineclass");
@@ -229,7 +225,11 @@ pub async fn run(
             class_meter.outcome(&result);
             async {}
         });
-    let classes_done = crate::cache::until_stopped(classes_done, &context.classes, shutdown.clone());
+    let classes_done = crate::cache::until_stopped(
+        classes_done,
+        || crate::cache::synced(&context.classes),
+        shutdown.clone(),
+    );
 
     // Secrets are looked at when a class changes: those it refers to, and those we hold (a reference may just have
     // gone). Deleted classes count (touched, not only applied).
@@ -293,7 +293,8 @@ pub async fn run(
             secret_meter.outcome(&result);
             async {}
         });
-    let secrets_done = crate::cache::until_stopped(secrets_done, &secret_store, shutdown);
+    let secrets_done =
+        crate::cache::until_stopped(secrets_done, || crate::cache::synced(&secret_store), shutdown);
     tokio::join!(classes_done, secrets_done);
 }
 
@@ -396,43 +397,73 @@ mod tests {
     fn only_changes_of_a_class_s_users_ask_for_a_class_pass() {
         let uses = ClassUses::default();
         assert!(!uses.synced());
-        assert_eq!(uses.observe(&watcher::Event::Init), Vec::<String>::new());
         assert_eq!(
-            uses.observe(&watcher::Event::InitApply(machine("m1", "a"))),
+            uses.observe(&crate::shared_cache::shared_event(watcher::Event::Init)),
             Vec::<String>::new()
         );
-        assert_eq!(uses.observe(&watcher::Event::InitDone), ["a"]);
+        assert_eq!(
+            uses.observe(&crate::shared_cache::shared_event(watcher::Event::InitApply(
+                machine("m1", "a")
+            ))),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            uses.observe(&crate::shared_cache::shared_event(watcher::Event::InitDone)),
+            ["a"]
+        );
         assert!(uses.synced() && uses.used("a") && !uses.used("b"));
         // A status change of a machine: nothing to look at.
         let mut running = machine("m1", "a");
         running.status = Some(mcm_api::MachineStatus::default());
         assert_eq!(
-            uses.observe(&watcher::Event::Apply(running)),
+            uses.observe(&crate::shared_cache::shared_event(watcher::Event::Apply(running))),
             Vec::<String>::new()
         );
         // A new machine, a machine moved to another class, a deletion.
-        assert_eq!(uses.observe(&watcher::Event::Apply(machine("m2", "a"))), ["a"]);
         assert_eq!(
-            uses.observe(&watcher::Event::Apply(machine("m2", "b"))),
+            uses.observe(&crate::shared_cache::shared_event(watcher::Event::Apply(
+                machine("m2", "a")
+            ))),
+            ["a"]
+        );
+        assert_eq!(
+            uses.observe(&crate::shared_cache::shared_event(watcher::Event::Apply(
+                machine("m2", "b")
+            ))),
             ["a", "b"]
         );
         assert!(uses.used("a") && uses.used("b"));
-        assert_eq!(uses.observe(&watcher::Event::Delete(machine("m1", "a"))), ["a"]);
+        assert_eq!(
+            uses.observe(&crate::shared_cache::shared_event(watcher::Event::Delete(
+                machine("m1", "a")
+            ))),
+            ["a"]
+        );
         assert!(!uses.used("a") && uses.used("b"));
         // A machine naming a class of another kind uses no MachineClass.
         let mut other = machine("m3", "c");
         other.spec.class.kind = "AWSMachineClass".into();
-        assert_eq!(uses.observe(&watcher::Event::Apply(other)), Vec::<String>::new());
+        assert_eq!(
+            uses.observe(&crate::shared_cache::shared_event(watcher::Event::Apply(other))),
+            Vec::<String>::new()
+        );
         assert!(!uses.used("c"));
     }
 
     #[test]
     fn a_relist_reports_the_classes_of_machines_gone_meanwhile() {
         let uses = ClassUses::default();
-        uses.observe(&watcher::Event::Apply(machine("gone", "a")));
-        uses.observe(&watcher::Event::Init);
-        uses.observe(&watcher::Event::InitApply(machine("kept", "b")));
-        assert_eq!(uses.observe(&watcher::Event::InitDone), ["a", "b"]);
+        uses.observe(&crate::shared_cache::shared_event(watcher::Event::Apply(
+            machine("gone", "a"),
+        )));
+        uses.observe(&crate::shared_cache::shared_event(watcher::Event::Init));
+        uses.observe(&crate::shared_cache::shared_event(watcher::Event::InitApply(
+            machine("kept", "b"),
+        )));
+        assert_eq!(
+            uses.observe(&crate::shared_cache::shared_event(watcher::Event::InitDone)),
+            ["a", "b"]
+        );
         assert!(!uses.used("a") && uses.used("b"));
     }
 }

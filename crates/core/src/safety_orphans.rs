@@ -36,6 +36,7 @@
 //! written).
 
 use std::{
+    borrow::Borrow,
     collections::{BTreeMap, BTreeSet},
     time::Duration,
 };
@@ -143,13 +144,13 @@ pub fn classify(provider_id: &str, machine_name: &str, machine: Option<&Machine>
     }
 }
 
-/// The inputs of one pass over the VMs.
+/// The inputs of one pass over the VMs. `M` is a Machine or a shared one (`Arc<Machine>`, from a cache).
 #[derive(Clone, Copy, Debug)]
-pub struct VmInput<'a> {
+pub struct VmInput<'a, M: Borrow<Machine> = Machine> {
     /// Per class name, its ListMachines answer (provider ID → machine name). Classes whose call failed are left out.
     pub listed: &'a BTreeMap<String, BTreeMap<String, String>>,
-    /// The Machine objects of the namespace, listed after the ListMachines calls.
-    pub machines: &'a [Machine],
+    /// The Machine objects of the namespace, read after the ListMachines calls.
+    pub machines: &'a [M],
     /// Now.
     pub now: Timestamp,
     /// How long a VM must have been seen before it is collected.
@@ -181,11 +182,12 @@ pub struct VmPlan {
 
 /// Decides the orphans of a pass (see the module documentation); `first_seen` is the previous pass's
 /// [`VmPlan::first_seen`] (empty at the first pass).
-pub fn decide_vms(input: &VmInput<'_>, mut first_seen: FirstSeen) -> VmPlan {
+pub fn decide_vms<M: Borrow<Machine>>(input: &VmInput<'_, M>, mut first_seen: FirstSeen) -> VmPlan {
     let machines: BTreeMap<&str, &Machine> = input
         .machines
         .iter()
-        .filter_map(|m| Some((m.metadata.name.as_deref()?, m)))
+        .map(Borrow::borrow)
+        .filter_map(|m: &Machine| Some((m.metadata.name.as_deref()?, m)))
         .collect();
     // One entry per provider ID: the first class (in name order) that listed it.
     let mut vms: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
@@ -273,9 +275,9 @@ pub struct Claims<'a> {
 
 impl<'a> Claims<'a> {
     /// Indexes `machines`.
-    pub fn of(machines: &'a [Machine]) -> Self {
+    pub fn of<M: Borrow<Machine>>(machines: &'a [M]) -> Self {
         let mut claims = Self::default();
-        for machine in machines {
+        for machine in machines.iter().map(Borrow::borrow) {
             let name = machine.metadata.name.as_deref().unwrap_or_default();
             claims.names.insert(name);
             match machine.node_name() {
@@ -342,13 +344,13 @@ impl NodeChange {
     }
 }
 
-/// The inputs of a pass over the nodes.
+/// The inputs of a pass over the nodes. `N` and `M` are objects or shared ones (`Arc`s, from a cache).
 #[derive(Clone, Copy, Debug)]
-pub struct NodeInput<'a> {
+pub struct NodeInput<'a, N: Borrow<Node> = Node, M: Borrow<Machine> = Machine> {
     /// The nodes of the target cluster.
-    pub nodes: &'a [Node],
+    pub nodes: &'a [N],
     /// The Machine objects.
-    pub machines: &'a [Machine],
+    pub machines: &'a [M],
     /// Now.
     pub now: Timestamp,
     /// `--machine-creation-timeout`: a node without a Machine younger than this may still get one.
@@ -360,10 +362,10 @@ pub struct NodeInput<'a> {
 /// The patch that drops the finalizer carries the node's resourceVersion, so that it fails (409) rather than
 /// overwrite a finalizer list that changed since the node was read; the annotation-only patches merge and need
 /// none.
-pub fn decide_nodes(input: &NodeInput<'_>) -> Vec<NodeChange> {
+pub fn decide_nodes<N: Borrow<Node>, M: Borrow<Machine>>(input: &NodeInput<'_, N, M>) -> Vec<NodeChange> {
     let mut changes: Vec<NodeChange> = Vec::new();
     let claims = Claims::of(input.machines);
-    for node in input.nodes {
+    for node in input.nodes.iter().map(Borrow::borrow) {
         let Some(name) = node.metadata.name.clone() else {
             continue;
         };
@@ -480,7 +482,7 @@ mod tests {
         let first = decide_vms(
             &VmInput {
                 listed: &listed,
-                machines: &[],
+                machines: &[] as &[Machine],
                 now: at(0),
                 grace: GRACE,
             },
@@ -593,7 +595,7 @@ mod tests {
             let plan = decide_vms(
                 &VmInput {
                     listed: answer,
-                    machines: &[],
+                    machines: &[] as &[Machine],
                     now: at(now),
                     grace: GRACE,
                 },
@@ -605,7 +607,7 @@ mod tests {
         let plan = decide_vms(
             &VmInput {
                 listed: &with,
-                machines: &[],
+                machines: &[] as &[Machine],
                 now: at(700),
                 grace: GRACE,
             },
@@ -632,7 +634,7 @@ mod tests {
         let first = decide_vms(
             &VmInput {
                 listed: &listed,
-                machines: &[],
+                machines: &[] as &[Machine],
                 now: at(0),
                 grace: GRACE,
             },
@@ -643,7 +645,7 @@ mod tests {
         let second = decide_vms(
             &VmInput {
                 listed: &both,
-                machines: &[],
+                machines: &[] as &[Machine],
                 now: at(100),
                 grace: GRACE,
             },

@@ -29,5 +29,6 @@ mod provider_python;
 mod reference_sample_args;
 mod run_command;
 mod secret_leak;
+mod store_group_commit;
 mod support;
 mod up_command;

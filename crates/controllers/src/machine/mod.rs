@@ -90,6 +90,8 @@ pub struct Context {
     /// The Secrets that cannot be decoded: reported on the machines whose class uses them.
     undecodable: crate::secrets::Undecodable,
     nodes: Option<Store<Node>>,
+    /// Whether the shared node cache has synced.
+    nodes_synced: Option<crate::shared_cache::Synced>,
     /// Per machine: its [`Attempts`] (failures in a row, the provider retry gate, the class migration gate).
     memory: MachineMemory,
     /// The remediation guard's lock (count → decide → write, one machine at a time), holding the machines this
@@ -130,8 +132,8 @@ pub struct Extras {
     pub freeze: crate::reachability::Freeze,
     /// The orphan VM collection to poke after deletions (`crate::orphans`).
     pub orphans: Option<crate::orphans::Trigger>,
-    /// Runs the node deletion controller (`crate::node_deletion`) on this controller's caches of the Machines and
-    /// Nodes (with a target cluster only), so that `mcm run` watches each kind once.
+    /// Runs the node deletion controller (`crate::node_deletion`) on the shared caches of the Machines and Nodes
+    /// (with a target cluster only).
     pub node_deletion: Option<crate::node_deletion::Config>,
 }
 

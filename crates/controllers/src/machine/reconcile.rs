@@ -65,7 +65,10 @@ pub(super) async fn write_status(
 pub(super) fn caches_ready(ctx: &Context) -> bool {
     crate::cache::synced(&ctx.classes)
         && crate::cache::synced(&ctx.secrets)
-        && ctx.nodes.as_ref().is_none_or(crate::cache::synced)
+        && ctx
+            .nodes_synced
+            .as_ref()
+            .is_none_or(crate::shared_cache::Synced::get)
 }
 
 pub(super) async fn reconcile(machine: Arc<Machine>, ctx: Arc<Context>) -> Result<Action, Error> {

@@ -4,14 +4,16 @@
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
-/// Runs the machine controller until `shutdown` resolves. `extras` are what `mcm run` adds (metrics, the
-/// reachability freeze, the orphan collection); `Extras::default()` runs the controller alone.
+/// Runs the machine controller on the process's shared `caches` (its Machines and Nodes) until `shutdown` resolves.
+/// `extras` are what `mcm run` adds (metrics, the reachability freeze, the orphan collection); `Extras::default()`
+/// runs the controller alone.
 #[allow(clippy::too_many_lines)] // the wiring of the watches reads best in one place
 pub async fn run(
     control: Client,
     target: Option<Client>,
     driver: Arc<dyn Driver>,
     config: Config,
+    caches: crate::shared_cache::Caches,
     extras: Extras,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
@@ -21,24 +23,14 @@ pub async fn run(
         orphans,
         node_deletion,
     } = extras;
-    let node_deletion = node_deletion
-        .filter(|_| target.is_some())
-        .map(|config| (config, crate::node_deletion::channel()));
-    let inlet = node_deletion.as_ref().map(|(_, (inlet, _))| inlet.clone());
     let namespace = config.namespace.clone();
-    let machines_api: Api<Machine> = Api::namespaced(control.clone(), &namespace);
-    // The machine queue's triggers are metered (the work queue metrics): the controller is built on its own watch.
+    // The machine queue's triggers are metered (the work queue metrics).
     let meter = crate::metrics::Metrics::reconcile_meter(metrics.as_ref(), "machine");
-    let (machines, machine_writer) = reflector::store::<Machine>();
-    let controller = Controller::for_stream(
-        meter.triggers(
-            reflector::reflector(machine_writer, watcher(machines_api, watcher::Config::default()))
-                .applied_objects(),
-        ),
-        machines.clone(),
-    );
+    let machines = caches.machines.store();
+    let controller =
+        Controller::for_shared_stream(meter.shared_triggers(caches.machines.applied()), machines.clone());
     if let Some(metrics) = &metrics {
-        metrics.attach_machines(machines.clone());
+        metrics.attach_machines(&caches.machines);
     }
 
     // Each watch's failures are seen (and /readyz fails while one keeps failing); Secrets are decoded one at a time,
@@ -107,24 +99,12 @@ pub async fn run(
         .watches_stream(secret_stream, meter.mapper(by_secret));
 
     let node_index = NodeIndex::default();
-    let nodes = if let Some(target) = &target {
-        let (nodes, node_writer) = reflector::store::<Node>();
-        let node_health = health("Node");
-        let node_stream = watcher(Api::<Node>::all(target.clone()), watcher::Config::default())
-            .default_backoff()
-            .inspect(move |item| node_health.observe(item))
-            .modify(crate::cache::lean_node)
-            .inspect(move |event| {
-                if let (Some(inlet), Ok(event)) = (&inlet, event) {
-                    inlet.observe(event);
-                }
-            })
-            .reflect(node_writer)
-            .applied_objects();
+    let nodes = caches.nodes.as_ref().filter(|_| target.is_some());
+    if let Some(nodes) = nodes {
         let machines = machines.clone();
         let index = node_index.clone();
         let namespace = namespace.clone();
-        let by_node = move |node: Node| {
+        let by_node = move |node: Arc<Node>| {
             let name = node.name_any();
             let indexed = index
                 .lock()
@@ -144,11 +124,8 @@ pub async fn run(
                 .filter(|reference| machines.get(reference).is_some())
                 .collect::<Vec<_>>()
         };
-        controller = controller.watches_stream(node_stream, meter.mapper(by_node));
-        Some(nodes)
-    } else {
-        None
-    };
+        controller = controller.watches_shared_stream(nodes.applied(), meter.mapper(by_node));
+    }
 
     let context = Arc::new(Context {
         recorder: Recorder::new(control.clone(), "machine-controller"),
@@ -159,7 +136,8 @@ pub async fn run(
         classes,
         secrets,
         undecodable,
-        nodes,
+        nodes: nodes.map(crate::shared_cache::SharedCache::store),
+        nodes_synced: nodes.map(crate::shared_cache::SharedCache::readiness),
         memory: MachineMemory::default(),
         remediation: tokio::sync::Mutex::default(),
         replaced: std::sync::Mutex::default(),
@@ -173,19 +151,18 @@ pub async fn run(
         in_place_drains: crate::drain::DrainTrackers::default(),
     });
     let shutdown = shutdown.boxed().shared();
-    let node_deletion = match (node_deletion, &context.target, &context.nodes) {
-        (Some((config, (_, outlet))), Some(target), Some(nodes)) => crate::node_deletion::run_on(
+    let node_deletion = match (node_deletion, &context.target, nodes) {
+        (Some(config), Some(target), Some(nodes)) => crate::node_deletion::run_on(
             context.control.clone(),
             target.clone(),
             config,
-            (context.machines.clone(), nodes.clone()),
-            outlet,
+            (caches.machines.clone(), nodes.clone()),
             shutdown.clone(),
         )
         .boxed(),
         _ => futures::future::ready(()).boxed(),
     };
-    let store = context.machines.clone();
+    let synced = caches.machines.readiness();
     let work = controller
         .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown.clone())
@@ -202,7 +179,10 @@ pub async fn run(
                 }
             }
         });
-    tokio::join!(crate::cache::until_stopped(work, &store, shutdown), node_deletion);
+    tokio::join!(
+        crate::cache::until_stopped(work, move || synced.get(), shutdown),
+        node_deletion
+    );
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature is kube-runtime's

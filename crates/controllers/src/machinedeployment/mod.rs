@@ -15,7 +15,7 @@ mod in_place;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::{
     Resource as _,
     api::core::v1::Node,
@@ -81,11 +81,15 @@ struct Context {
     config: Config,
     sets: Store<MachineSet>,
     machines: Store<Machine>,
+    /// Whether the shared machine cache has synced (never ask the store itself: `crate::shared_cache`).
+    machines_synced: crate::shared_cache::Synced,
     /// The machines of each set, beside `machines`.
     owners: crate::owners::OwnerIndex,
     /// Spaces the passes of a deployment of many machines.
     throttle: crate::throttle::PassThrottle,
     nodes: Option<Store<Node>>,
+    /// Whether the shared node cache has synced.
+    nodes_synced: Option<crate::shared_cache::Synced>,
     recorder: Recorder,
     /// The invalid deployments warned about.
     warned: crate::invalid::Warned,
@@ -108,19 +112,23 @@ impl Context {
 
     fn synced(&self) -> bool {
         crate::cache::synced(&self.sets)
-            && crate::cache::synced(&self.machines)
-            && self.nodes.as_ref().is_none_or(crate::cache::synced)
+            && self.machines_synced.get()
+            && self
+                .nodes_synced
+                .as_ref()
+                .is_none_or(crate::shared_cache::Synced::get)
     }
 }
 
-/// Runs the MachineDeployment controller until `shutdown` resolves. `target` is the cluster of the nodes (`None`:
-/// no node annotations or taints). With `metrics`, the deployment cache feeds them at scrape time and the
-/// reconciles are metered; `None` runs the controller alone.
+/// Runs the MachineDeployment controller on the process's shared caches of the Machines and Nodes until `shutdown`
+/// resolves. `target` is the cluster of the nodes (`None`: no node annotations or taints). With `metrics`, the
+/// deployment cache feeds them at scrape time and the reconciles are metered; `None` runs the controller alone.
 #[allow(clippy::too_many_lines)] // the wiring of the watches reads best in one place
 pub async fn run(
     client: Client,
     target: Option<Client>,
     config: Config,
+    caches: crate::shared_cache::Caches,
     metrics: Option<Arc<crate::metrics::Metrics>>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
@@ -152,33 +160,8 @@ pub async fn run(
     .default_backoff()
     .reflect(set_writer)
     .touched_objects();
-    let (machines, machine_writer) = reflector::store::<Machine>();
-    let owners = crate::owners::OwnerIndex::default();
-    let machine_stream = watcher(
-        Api::<Machine>::namespaced(client.clone(), &namespace),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .modify(crate::cache::lean_machine)
-    .inspect_ok({
-        let owners = owners.clone();
-        move |event| owners.observe(event)
-    })
-    .reflect(machine_writer)
-    .touched_objects();
-    let nodes = target.as_ref().map(|target| {
-        let (store, writer) = reflector::store::<Node>();
-        let stream = watcher(Api::<Node>::all(target.clone()), watcher::Config::default())
-            .default_backoff()
-            .modify(crate::cache::node_marks)
-            .reflect(writer)
-            .touched_objects();
-        (store, stream)
-    });
-    let (nodes, node_stream) = match nodes {
-        Some((store, stream)) => (Some(store), Some(stream)),
-        None => (None, None),
-    };
+    let machines = caches.machines.store();
+    let nodes = caches.nodes.as_ref().filter(|_| target.is_some());
     let by_set = {
         let namespace = namespace.clone();
         move |set: MachineSet| {
@@ -191,7 +174,7 @@ pub async fn run(
     let by_machine = {
         let namespace = namespace.clone();
         let sets = sets.clone();
-        move |machine: Machine| {
+        move |machine: Arc<Machine>| {
             let set_name = &machine.controller_ref_of_kind(MachineSet::KIND)?.name;
             let set = sets.get(&ObjectRef::new(set_name).within(&namespace))?;
             set.controller_ref_of_kind(MachineDeployment::KIND)
@@ -205,22 +188,24 @@ pub async fn run(
         config: config.clone(),
         sets,
         machines,
-        owners,
+        machines_synced: caches.machines.readiness(),
+        owners: caches.owners.clone(),
         throttle: crate::throttle::PassThrottle::default(),
-        nodes,
+        nodes: nodes.map(crate::shared_cache::SharedCache::store),
+        nodes_synced: nodes.map(crate::shared_cache::SharedCache::readiness),
         warned: crate::invalid::Warned::default(),
         no_effect: crate::ignored::NoEffect::default(),
     });
     // A node in an in-place update wakes its deployment (the node agent's `update-result`, the machine controller's
     // condition); the node cache runs as long as the controller does.
-    let controller = match node_stream {
-        Some(stream) => {
+    let controller = match nodes {
+        Some(nodes) => {
             let machines = context.machines.clone();
             let sets = context.sets.clone();
             let namespace = namespace.clone();
-            controller.watches_stream(
-                stream,
-                meter.mapper(move |node: Node| {
+            controller.watches_shared_stream(
+                nodes.objects(),
+                meter.mapper(move |node: Arc<Node>| {
                     in_place::deployment_of_node(&node, &machines, &sets, &namespace)
                 }),
             )
@@ -230,7 +215,7 @@ pub async fn run(
     let shutdown = shutdown.boxed().shared();
     let work = controller
         .watches_stream(set_stream, meter.mapper(by_set))
-        .watches_stream(machine_stream, meter.mapper(by_machine))
+        .watches_shared_stream(caches.machines.objects(), meter.mapper(by_machine))
         .with_config(kube::runtime::controller::Config::default().concurrency(config.concurrency))
         .graceful_shutdown_on(shutdown.clone())
         .run(
@@ -249,7 +234,7 @@ pub async fn run(
                 }
             }
         });
-    crate::cache::until_stopped(work, &deployments, shutdown).await;
+    crate::cache::until_stopped(work, || crate::cache::synced(&deployments), shutdown).await;
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature is kube-runtime's

@@ -192,6 +192,22 @@ impl ReconcileMeter {
         })
     }
 
+    /// [`Self::triggers`] for a controller built on a shared cache (`Controller::for_shared_stream`).
+    pub fn shared_triggers<K>(
+        &self,
+        stream: impl Stream<Item = Arc<K>> + Send + 'static,
+    ) -> impl Stream<Item = Arc<K>> + Send + 'static
+    where
+        K: Resource + Send + Sync + 'static,
+    {
+        let meter = self.clone();
+        stream.inspect(move |object| {
+            if let Some(shared) = &meter.0 {
+                shared.added(work_key(&**object));
+            }
+        })
+    }
+
     /// A `watches_stream` mapper whose answers are each a trigger: pass the result in place of the mapper.
     pub fn mapper<O, K, I>(
         &self,

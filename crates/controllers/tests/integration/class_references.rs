@@ -34,7 +34,15 @@ async fn start() -> Cluster {
     cluster.start_controller();
     let client = cluster.client.clone();
     cluster.spawn_loop(|shutdown| {
-        references::run(client, NAMESPACE.into(), Duration::from_mins(10), None, shutdown)
+        let (caches, shutdown) = support::caches_until(&client, shutdown);
+        references::run(
+            client,
+            NAMESPACE.into(),
+            caches,
+            Duration::from_mins(10),
+            None,
+            shutdown,
+        )
     });
     cluster
 }

@@ -54,19 +54,21 @@ impl Harness {
             machine_creation_timeout: Duration::from_secs(20),
             ..mcm_core::ControllerSettings::default()
         };
+        let (caches, shutdown) = crate::support::caches_until(&client, async move {
+            let _ = stopped.await;
+        });
         let controller = tokio::spawn(machine::run(
             client.clone(),
             Some(client.clone()),
             Arc::new(driver.clone()),
             Config {
-                namespace: "default".into(),
+                namespace: crate::support::NAMESPACE.into(),
                 settings,
                 concurrency: 4,
             },
+            caches,
             machine::Extras::default(),
-            async move {
-                let _ = stopped.await;
-            },
+            shutdown,
         ));
         Self {
             server: Some(server),

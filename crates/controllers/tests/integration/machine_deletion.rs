@@ -526,6 +526,7 @@ impl Harness {
         assert!(self.controller.is_none(), "one controller at a time");
         let client = client_from(&self.kubeconfig, Some(&self.gate)).await;
         let (stop, rx) = watch::channel(false);
+        let (caches, shutdown) = crate::support::caches_until(&client, stopped(rx));
         let task = tokio::spawn(machine::run(
             client.clone(),
             Some(client),
@@ -535,8 +536,9 @@ impl Harness {
                 settings: self.settings.clone(),
                 concurrency: 4,
             },
+            caches,
             machine::Extras::default(),
-            stopped(rx),
+            shutdown,
         ));
         self.controller = Some(Running { stop, task });
     }

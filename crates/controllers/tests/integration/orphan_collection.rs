@@ -252,6 +252,8 @@ impl World {
         let mut settings = mcm_core::ControllerSettings::default();
         settings.retry.backoff_base = Duration::from_millis(200);
         settings.retry.backoff_cap = Duration::from_secs(2);
+        // The machine controller and the collection share their caches, as in `mcm run`.
+        let (caches, shutdown) = crate::support::caches_until(&client, stopped(rx));
         world.tasks.push(tokio::spawn(machine::run(
             client.clone(),
             Some(client.clone()),
@@ -261,12 +263,13 @@ impl World {
                 settings,
                 concurrency: 4,
             },
+            caches.clone(),
             machine::Extras::default(),
-            stopped(rx.clone()),
+            shutdown.clone(),
         )));
-        let collector =
-            Collector::new(client.clone(), Some(client), driver, collection, trigger).with_metrics(metrics);
-        world.tasks.push(tokio::spawn(collector.run(stopped(rx))));
+        let collector = Collector::new(client.clone(), Some(client), caches, driver, collection, trigger)
+            .with_metrics(metrics);
+        world.tasks.push(tokio::spawn(collector.run(shutdown)));
         world
     }
 

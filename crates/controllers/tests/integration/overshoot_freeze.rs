@@ -45,7 +45,10 @@ impl Cluster {
             ..overshoot::Config::new(NAMESPACE)
         };
         let client = self.client.clone();
-        self.spawn_loop(|shutdown| overshoot::run(client, config, None, shutdown));
+        self.spawn_loop(|shutdown| {
+            let (caches, shutdown) = support::caches_until(&client, shutdown);
+            overshoot::run(client, config, caches, None, shutdown)
+        });
     }
 
     async fn create_named_set(&self, name: &str, replicas: i32) {

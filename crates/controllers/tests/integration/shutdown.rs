@@ -15,6 +15,8 @@ async fn every_controller_stops_when_asked_before_its_cache_synced() {
     let cluster = Cluster::start_without_controller(support::settings()).await;
     let client = cluster.client.clone();
     let stopped = || std::future::ready(());
+    // The shared caches stop with the controllers (already asked to).
+    let caches = || support::caches_until(&client, std::future::ready(())).0;
     let runs: Vec<(&str, futures::future::BoxFuture<'static, ()>)> = vec![
         (
             "machine",
@@ -27,6 +29,7 @@ async fn every_controller_stops_when_asked_before_its_cache_synced() {
                     settings: support::settings(),
                     concurrency: 4,
                 },
+                caches(),
                 machine::Extras::default(),
                 stopped(),
             )),
@@ -41,6 +44,7 @@ async fn every_controller_stops_when_asked_before_its_cache_synced() {
                     resync: Duration::from_mins(10),
                     min_ready_seconds: mcm_core::machineset::MinReadySeconds::Ignore,
                 },
+                caches(),
                 None,
                 stopped(),
             )),
@@ -51,6 +55,7 @@ async fn every_controller_stops_when_asked_before_its_cache_synced() {
                 client.clone(),
                 Some(client.clone()),
                 machinedeployment::Config::new(NAMESPACE),
+                caches(),
                 None,
                 stopped(),
             )),
@@ -60,6 +65,7 @@ async fn every_controller_stops_when_asked_before_its_cache_synced() {
             Box::pin(references::run(
                 client.clone(),
                 NAMESPACE.into(),
+                caches(),
                 Duration::from_mins(10),
                 None,
                 stopped(),

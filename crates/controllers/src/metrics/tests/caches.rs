@@ -20,31 +20,34 @@ fn phases_are_encoded_as_the_reference_does() {
 #[test]
 fn machine_info_and_conditions_are_read_from_the_cache() {
     let metrics = Metrics::new();
-    metrics.attach_machines(store_of(vec![
-        machine("m1")
-            .created_at("2024-01-02T03:04:05Z".parse().unwrap())
-            .node("node-1")
-            .label("name", "pool")
-            .class("small")
-            .with(|m| "machine.sapcloud.io".clone_into(&mut m.spec.class.api_group))
-            .provider_id("sim://pool/1")
-            .phase(MachinePhase::Running)
-            .conditions(
-                [
-                    ("Ready", "True"),
-                    ("DiskPressure", "False"),
-                    ("NetworkUnavailable", "Unknown"),
-                ]
-                .map(|(type_, status)| NodeCondition {
-                    type_: type_.to_owned(),
-                    status: status.to_owned(),
-                    ..NodeCondition::default()
-                })
-                .to_vec(),
-            )
-            .build(),
-        machine("m2").class("small").build(),
-    ]));
+    metrics.attach_machines(&crate::shared_cache::SharedCache::fixed(
+        vec![
+            machine("m1")
+                .created_at("2024-01-02T03:04:05Z".parse().unwrap())
+                .node("node-1")
+                .label("name", "pool")
+                .class("small")
+                .with(|m| "machine.sapcloud.io".clone_into(&mut m.spec.class.api_group))
+                .provider_id("sim://pool/1")
+                .phase(MachinePhase::Running)
+                .conditions(
+                    [
+                        ("Ready", "True"),
+                        ("DiskPressure", "False"),
+                        ("NetworkUnavailable", "Unknown"),
+                    ]
+                    .map(|(type_, status)| NodeCondition {
+                        type_: type_.to_owned(),
+                        status: status.to_owned(),
+                        ..NodeCondition::default()
+                    })
+                    .to_vec(),
+                )
+                .build(),
+            machine("m2").class("small").build(),
+        ],
+        true,
+    ));
     let text = metrics.encode();
     assert!(text.contains("mcm_machine_items_total 2\n"), "{text}");
     assert!(

@@ -43,12 +43,12 @@ fn added_families_are_served_before_the_one_closing_eof() {
 fn readyz_fails_until_the_machine_cache_syncs_and_while_a_check_fails() {
     let metrics = Metrics::new();
     assert!(metrics.readiness().0, "nothing to wait for yet");
-    let (store, mut writer) = kube::runtime::reflector::store::<Machine>();
-    metrics.attach_machines(store);
+    let cache = crate::shared_cache::SharedCache::<Machine>::fixed(Vec::new(), false);
+    metrics.attach_machines(&cache);
     let (ready, text) = metrics.readiness();
     assert!(!ready);
     assert!(text.contains("[-]machine-cache failed"), "{text}");
-    writer.apply_watcher_event(&kube::runtime::watcher::Event::InitDone);
+    cache.mark_synced();
     assert!(metrics.readiness().0, "synced");
     let healthy = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let seen = healthy.clone();

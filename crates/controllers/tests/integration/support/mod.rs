@@ -86,6 +86,39 @@ struct RunningController {
 /// The future a controller loop is given ([`Cluster::spawn_loop`]): it completes when the loop is to stop.
 pub type Shutdown = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + Sync>>;
 
+/// A stop signal for a controller and the shared caches started for it (`mcm run` starts one set of caches for all
+/// its controllers; a test's controller gets its own, as a process of its own would).
+pub fn caches_until(
+    client: &kube::Client,
+    stopped: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (
+    mcm_controllers::shared_cache::Caches,
+    futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
+) {
+    metered_caches_until(client, None, stopped)
+}
+
+/// [`caches_until`] whose watches' failures show in `metrics`' `/readyz`.
+pub fn metered_caches_until(
+    client: &kube::Client,
+    metrics: Option<&mcm_controllers::metrics::Metrics>,
+    stopped: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (
+    mcm_controllers::shared_cache::Caches,
+    futures::future::Shared<futures::future::BoxFuture<'static, ()>>,
+) {
+    use futures::FutureExt as _;
+    let shutdown = stopped.boxed().shared();
+    let caches = mcm_controllers::shared_cache::Caches::start(
+        client,
+        Some(client),
+        NAMESPACE,
+        metrics,
+        shutdown.clone(),
+    );
+    (caches, shutdown)
+}
+
 /// How [`Cluster::start_with`] sets up a test's world; [`Setup::new`] is what [`Cluster::start`] uses. A test changes
 /// the fields it depends on (`setup.server.watch_delay = ...`) before starting.
 pub struct Setup {
@@ -302,6 +335,9 @@ impl Cluster {
         assert!(self.controller.is_none(), "one controller at a time");
         let driver = driver.unwrap_or_else(|| Arc::new(self.driver.clone()));
         let (stop, stopped) = oneshot::channel::<()>();
+        let (caches, shutdown) = metered_caches_until(&self.client, extras.metrics.as_deref(), async move {
+            let _ = stopped.await;
+        });
         let task = tokio::spawn(machine::run(
             self.client.clone(),
             Some(self.client.clone()),
@@ -311,10 +347,9 @@ impl Cluster {
                 settings: self.settings.clone(),
                 concurrency: self.concurrency,
             },
+            caches,
             extras,
-            async move {
-                let _ = stopped.await;
-            },
+            shutdown,
         ));
         self.controller = Some(RunningController { stop, task });
     }
@@ -378,13 +413,15 @@ impl Cluster {
         metrics: Option<Arc<mcm_controllers::metrics::Metrics>>,
     ) {
         let (stop, stopped) = oneshot::channel::<()>();
+        let (caches, shutdown) = caches_until(&self.client, async move {
+            let _ = stopped.await;
+        });
         let task = tokio::spawn(mcm_controllers::machineset::run(
             self.client.clone(),
             config,
+            caches,
             metrics,
-            async move {
-                let _ = stopped.await;
-            },
+            shutdown,
         ));
         self.set_controllers.push(RunningController { stop, task });
     }
@@ -401,14 +438,16 @@ impl Cluster {
         metrics: Option<Arc<mcm_controllers::metrics::Metrics>>,
     ) {
         let (stop, stopped) = oneshot::channel::<()>();
+        let (caches, shutdown) = caches_until(&self.client, async move {
+            let _ = stopped.await;
+        });
         let task = tokio::spawn(mcm_controllers::machinedeployment::run(
             self.client.clone(),
             Some(self.client.clone()),
             config,
+            caches,
             metrics,
-            async move {
-                let _ = stopped.await;
-            },
+            shutdown,
         ));
         self.set_controllers.push(RunningController { stop, task });
     }
