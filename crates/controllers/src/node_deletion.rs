@@ -53,6 +53,8 @@ struct Context {
     machines: Store<Machine>,
     /// Whether the shared machine cache has synced (never ask the store itself: `crate::shared_cache`).
     machines_synced: crate::shared_cache::Synced,
+    /// The machines by the node their `node` label names (the decisions read only those of the node at hand).
+    by_node: crate::owners::OwnerIndex,
     nodes: Store<Node>,
     recorder: crate::events::Recorder,
     /// Nodes deleted outright, handled by [`handle_gone`]; a failed attempt is sent here again after the retry.
@@ -75,10 +77,7 @@ pub async fn run(
         None,
         shutdown.clone(),
     );
-    let Some(nodes) = caches.nodes.clone() else {
-        return;
-    };
-    run_on(control, target, config, (caches.machines, nodes), shutdown).await;
+    run_on(control, target, config, &caches, shutdown).await;
 }
 
 /// Runs the node deletion controller on the shared caches of the Machines and Nodes until `shutdown` resolves: a
@@ -89,12 +88,13 @@ pub async fn run_on(
     control: Client,
     target: Client,
     config: Config,
-    (machines, nodes): (
-        crate::shared_cache::SharedCache<Machine>,
-        crate::shared_cache::SharedCache<Node>,
-    ),
+    caches: &crate::shared_cache::Caches,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let machines = caches.machines.clone();
+    let Some(nodes) = caches.nodes.clone() else {
+        return;
+    };
     let (gone_tx, gone_rx) = mpsc::unbounded_channel::<Node>();
     let gone_seen = gone_tx.clone();
     let deleting = nodes.events().filter_map(move |event| {
@@ -127,7 +127,7 @@ pub async fn run_on(
         control,
         target,
         config,
-        (machines, nodes),
+        (machines, nodes, caches.by_node.clone()),
         controller,
         (gone_rx, gone_tx),
         shutdown.boxed().shared(),
@@ -140,9 +140,10 @@ async fn drive(
     control: Client,
     target: Client,
     config: Config,
-    (machines, nodes): (
+    (machines, nodes, by_node): (
         crate::shared_cache::SharedCache<Machine>,
         crate::shared_cache::SharedCache<Node>,
+        crate::owners::OwnerIndex,
     ),
     controller: Controller<Node>,
     (mut gone_rx, gone_tx): (mpsc::UnboundedReceiver<Node>, mpsc::UnboundedSender<Node>),
@@ -155,6 +156,7 @@ async fn drive(
         config,
         machines: machines.store(),
         machines_synced: machines.readiness(),
+        by_node,
         nodes: nodes.store(),
         gone: gone_tx,
     });
@@ -181,6 +183,17 @@ async fn drive(
     );
 }
 
+impl Context {
+    /// The machines whose `node` label names `node`: all the decisions look at, found without a scan.
+    fn machines_of(&self, node: &str) -> Vec<Arc<Machine>> {
+        if node.is_empty() {
+            return Vec::new();
+        }
+        self.by_node
+            .machines(&self.machines, &self.config.namespace, node, false)
+    }
+}
+
 #[allow(clippy::needless_pass_by_value)] // the signature is kube-runtime's
 fn error_policy(node: Arc<Node>, error: &Error, ctx: Arc<Context>) -> Action {
     tracing::warn!(node = %node.name_any(), error = %error, "node deletion reconcile failed; retrying");
@@ -192,7 +205,7 @@ async fn reconcile(node: Arc<Node>, ctx: Arc<Context>) -> Result<Action, Error> 
         // No machine seen yet is not no machine: a finalizer removed now could be one still needed.
         return Ok(Action::requeue(CACHE_WAIT));
     }
-    let machines = ctx.machines.state();
+    let machines = ctx.machines_of(&node.name_any());
     let decision = node_deletion::decide(NodeSeen::Present(&node), machines.iter().map(|m| &**m));
     let name = node.name_any();
     match decision {
@@ -271,7 +284,7 @@ async fn handle_gone(node: &Node, ctx: &Context) {
     let name = node.name_any();
     let delay = if ctx.machines_synced.get() {
         let decision = {
-            let machines = ctx.machines.state();
+            let machines = ctx.machines_of(&name);
             node_deletion::decide(NodeSeen::Gone(node), machines.iter().map(|m| &**m))
         };
         let NodeDeletionDecision::DeleteMachine { machine } = decision else {

@@ -20,19 +20,36 @@ fn controller_uid(machine: &Machine) -> &str {
     machine.controller_ref().map_or("", |owner| owner.uid.as_str())
 }
 
+/// The node `machine`'s `node` label names, `""` without one.
+fn node_label(machine: &Machine) -> &str {
+    machine.node_name().unwrap_or_default()
+}
+
+/// What an index files a machine under.
+type KeyOf = fn(&Machine) -> &str;
+
 /// One complete picture: owner uid → machine names, and machine name → owner uid.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Index {
+    key_of: KeyOf,
     by_owner: HashMap<String, BTreeSet<String>>,
     owner_of: HashMap<String, String>,
 }
 
 impl Index {
+    fn new(key_of: KeyOf) -> Self {
+        Self {
+            key_of,
+            by_owner: HashMap::new(),
+            owner_of: HashMap::new(),
+        }
+    }
+
     fn insert(&mut self, machine: &Machine) {
         let Some(name) = machine.metadata.name.as_deref() else {
             return;
         };
-        let uid = controller_uid(machine);
+        let uid = (self.key_of)(machine);
         if self.owner_of.get(name).is_some_and(|old| old == uid) {
             return;
         }
@@ -56,11 +73,18 @@ impl Index {
     }
 }
 
-/// Machine names by controlling owner uid; cheap to clone (shared).
-#[derive(Clone, Debug, Default)]
+/// Machine names by controlling owner uid (or, [`OwnerIndex::by_node`], by the node their `node` label names);
+/// cheap to clone (shared).
+#[derive(Clone, Debug)]
 pub(crate) struct OwnerIndex(Arc<Mutex<State>>);
 
-#[derive(Debug, Default)]
+impl Default for OwnerIndex {
+    fn default() -> Self {
+        Self::keyed(controller_uid)
+    }
+}
+
+#[derive(Debug)]
 struct State {
     current: Index,
     /// The picture a relist is building; it replaces `current` when the relist is done (as the store does).
@@ -68,6 +92,19 @@ struct State {
 }
 
 impl OwnerIndex {
+    fn keyed(key_of: KeyOf) -> Self {
+        Self(Arc::new(Mutex::new(State {
+            current: Index::new(key_of),
+            relisting: None,
+        })))
+    }
+
+    /// Machine names by the node their `node` label names: the machine of a node without a scan of every machine
+    /// (a scan per node deletion made the node deletion controller's cost quadratic in the machines).
+    pub(crate) fn by_node() -> Self {
+        Self::keyed(node_label)
+    }
+
     /// Applies one watch event (put this in the watch stream ahead of the store's `reflect`).
     pub(crate) fn observe(&self, event: &watcher::Event<Machine>) {
         let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
@@ -78,9 +115,13 @@ impl OwnerIndex {
                     state.current.remove(name);
                 }
             }
-            watcher::Event::Init => state.relisting = Some(Index::default()),
+            watcher::Event::Init => state.relisting = Some(Index::new(state.current.key_of)),
             watcher::Event::InitApply(machine) => {
-                state.relisting.get_or_insert_default().insert(machine);
+                let key_of = state.current.key_of;
+                state
+                    .relisting
+                    .get_or_insert_with(|| Index::new(key_of))
+                    .insert(machine);
             }
             watcher::Event::InitDone => {
                 if let Some(fresh) = state.relisting.take() {
@@ -176,6 +217,39 @@ mod tests {
         assert_eq!(names(&index.machines(&store, "ns", "A", false)), ["a1", "a2"]);
         assert_eq!(names(&index.machines(&store, "ns", "B", false)), ["b1"]);
         assert!(index.machines(&store, "ns", "C", false).is_empty());
+    }
+
+    #[test]
+    fn by_node_finds_the_machines_whose_node_label_names_the_node_and_follows_relabels_and_relists() {
+        let on = |name: &str, node: &str| {
+            mcm_api::builders::MachineBuilder::new(name)
+                .namespace("ns")
+                .label(mcm_api::keys::labels::NODE, node)
+                .build()
+        };
+        let (store, mut writer) = reflector::store::<Machine>();
+        let index = OwnerIndex::by_node();
+        let mut feed = |event: watcher::Event<Machine>| {
+            index.observe(&event);
+            writer.apply_watcher_event(&event);
+        };
+        feed(watcher::Event::Init);
+        feed(watcher::Event::InitApply(on("m1", "n1")));
+        feed(watcher::Event::InitApply(on("m2", "n2")));
+        feed(watcher::Event::InitApply(machine("m3", None)));
+        feed(watcher::Event::InitDone);
+        assert_eq!(names(&index.machines(&store, "ns", "n1", false)), ["m1"]);
+        feed(watcher::Event::Apply(on("m1", "n2")));
+        assert!(index.machines(&store, "ns", "n1", false).is_empty());
+        assert_eq!(names(&index.machines(&store, "ns", "n2", false)), ["m1", "m2"]);
+        feed(watcher::Event::Init);
+        feed(watcher::Event::InitApply(on("m2", "n2")));
+        feed(watcher::Event::InitDone);
+        assert_eq!(
+            names(&index.machines(&store, "ns", "n2", false)),
+            ["m2"],
+            "a relist forgets the machines gone meanwhile"
+        );
     }
 
     #[test]

@@ -266,6 +266,8 @@ pub struct Caches {
     pub machines: SharedCache<Machine>,
     /// The machines by controlling owner, fed ahead of the machine cache.
     pub(crate) owners: crate::owners::OwnerIndex,
+    /// The machines by the node their `node` label names, fed ahead of the machine cache.
+    pub(crate) by_node: crate::owners::OwnerIndex,
     /// The target cluster's Nodes (`None` for `--target-kubeconfig none`), without their image lists.
     pub nodes: Option<SharedCache<Node>>,
 }
@@ -288,6 +290,7 @@ impl Caches {
             health
         };
         let owners = crate::owners::OwnerIndex::default();
+        let by_node = crate::owners::OwnerIndex::by_node();
         let machine_health = health("Machine");
         let machine_watch = watcher(
             Api::<Machine>::namespaced(control.clone(), namespace),
@@ -297,8 +300,11 @@ impl Caches {
         .inspect(move |item| machine_health.observe(item))
         .modify(crate::cache::lean)
         .inspect_ok({
-            let owners = owners.clone();
-            move |event| owners.observe(event)
+            let (owners, by_node) = (owners.clone(), by_node.clone());
+            move |event| {
+                owners.observe(event);
+                by_node.observe(event);
+            }
         });
         let machines = SharedCache::start(machine_watch, shutdown.clone());
         let nodes = target.map(|target| {
@@ -312,6 +318,7 @@ impl Caches {
         Self {
             machines,
             owners,
+            by_node,
             nodes,
         }
     }

@@ -152,14 +152,16 @@ pub async fn run(
     });
     let shutdown = shutdown.boxed().shared();
     let node_deletion = match (node_deletion, &context.target, nodes) {
-        (Some(config), Some(target), Some(nodes)) => crate::node_deletion::run_on(
-            context.control.clone(),
-            target.clone(),
-            config,
-            (caches.machines.clone(), nodes.clone()),
-            shutdown.clone(),
-        )
-        .boxed(),
+        (Some(config), Some(target), Some(_)) => {
+            let (control, target, caches, shutdown) = (
+                context.control.clone(),
+                target.clone(),
+                caches.clone(),
+                shutdown.clone(),
+            );
+            async move { crate::node_deletion::run_on(control, target, config, &caches, shutdown).await }
+                .boxed()
+        }
         _ => futures::future::ready(()).boxed(),
     };
     let synced = caches.machines.readiness();
