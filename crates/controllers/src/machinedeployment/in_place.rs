@@ -182,7 +182,7 @@ pub(super) async fn act(
             }
             InPlaceAction::ReleaseNewSet { set } => {
                 if let Some(set) = owned.iter().find(|s| s.name_any() == *set) {
-                    release(deployment, set, fenceposts, ctx, &mut acted).await?;
+                    release(deployment, set, fenceposts, ctx).await?;
                 }
             }
         }
@@ -294,20 +294,6 @@ async fn transfer_machines(
     }
     let moved: i32 = lost.values().sum();
     let replicas = transfer.replicas + moved;
-    // The new set may create again only once the machine cache it reads (this controller's too) shows every moved
-    // machine as its own; until then it would count them missing and create. A pass that sees them releases it.
-    let namespace = &ctx.config.namespace;
-    let seen = transfer.moves.iter().all(|moved| {
-        ctx.machines
-            .get(&ObjectRef::new(&moved.machine).within(namespace))
-            .is_some_and(|m| m.is_controlled_by(&uid))
-    });
-    if !seen {
-        tracing::debug!(deployment = %deployment.name_any(), set = %transfer.to,
-            "the moved machines are not in the cache yet; the new set stays held");
-        acted.retry_soon = true;
-        return Ok(());
-    }
     let release = set_patch(
         deployment,
         replicas,
@@ -322,15 +308,13 @@ async fn transfer_machines(
     Ok(())
 }
 
-/// Releases a new set left labelled `scale-up-disabled` by a transfer: its replicas become the machines it controls
-/// as the API server lists them now, once the machine cache (which the set controller reads too) shows each of them
-/// as the set's; before, the set would count a moved machine missing and create one.
+/// Releases a new set left labelled `scale-up-disabled` by a transfer that did not finish: its replicas become the
+/// machines it controls as the API server lists them now (the cache may not have seen the moves yet).
 async fn release(
     deployment: &MachineDeployment,
     set: &MachineSet,
     fenceposts: Fenceposts,
     ctx: &Context,
-    acted: &mut Acted,
 ) -> Result<(), Error> {
     let uid = set.uid().unwrap_or_default();
     let selector = set
@@ -350,20 +334,7 @@ async fn release(
         .machine_api()
         .list(&ListParams::default().labels(&selector))
         .await?;
-    let controlled: Vec<&Machine> = listed.items.iter().filter(|m| m.is_controlled_by(&uid)).collect();
-    let namespace = &ctx.config.namespace;
-    let cached = controlled.iter().all(|listed| {
-        ctx.machines
-            .get(&ObjectRef::new(&listed.name_any()).within(namespace))
-            .is_some_and(|m| m.is_controlled_by(&uid))
-    });
-    if !cached {
-        tracing::debug!(deployment = %deployment.name_any(), set = %set.name_any(),
-            "the moved machines are not in the cache yet; the new set stays held");
-        acted.retry_soon = true;
-        return Ok(());
-    }
-    let count = controlled.len();
+    let count = listed.items.iter().filter(|m| m.is_controlled_by(&uid)).count();
     let replicas = i32::try_from(count).unwrap_or(i32::MAX);
     tracing::info!(deployment = %deployment.name_any(), set = %set.name_any(), replicas,
         "releasing the new machine set held by an unfinished in-place transfer");
