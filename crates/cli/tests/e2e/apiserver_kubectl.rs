@@ -37,7 +37,7 @@ fn create_machine(server: &Server, name: &str, extra: &str) {
     assert_eq!(out.trim(), format!("machine.machine.sapcloud.io/{name} created"));
 }
 
-fn machine_yaml(name: &str, extra: &str) -> String {
+pub(crate) fn machine_yaml(name: &str, extra: &str) -> String {
     format!(
         "apiVersion: machine.sapcloud.io/v1alpha1\nkind: Machine\nmetadata:\n  name: {name}\n{extra}spec:\n  class:\n    \
          kind: MachineClass\n    name: local-small\n"
@@ -779,7 +779,7 @@ fn kubectl_get_after_sigterm_and_restart_shows_the_same_objects() {
 }
 
 /// Raises the flag when dropped, so the writer thread also stops when the test panics.
-struct StopOnDrop(Arc<AtomicBool>);
+pub(crate) struct StopOnDrop(pub(crate) Arc<AtomicBool>);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {

@@ -12,26 +12,11 @@ use std::{
 
 use serde_json::Value;
 
+use crate::apiserver_kubectl::{StopOnDrop, machine_yaml};
 use crate::support::{COMMAND_DEADLINE, Server, arg, kubectl_at, poll};
 
 /// How many clients write at once.
 const WRITERS: usize = 8;
-
-/// Raises the flag when dropped, so the writer threads also stop when the test panics.
-struct StopWriters(Arc<AtomicBool>);
-
-impl Drop for StopWriters {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
-fn machine_manifest(name: &str) -> String {
-    format!(
-        "apiVersion: machine.sapcloud.io/v1alpha1\nkind: Machine\nmetadata:\n  name: {name}\nspec:\n  class:\n    \
-         kind: MachineClass\n    name: local-small\n"
-    )
-}
 
 #[test]
 fn every_write_acknowledged_by_concurrent_clients_survives_kill_9_with_its_resource_version() {
@@ -39,7 +24,7 @@ fn every_write_acknowledged_by_concurrent_clients_survives_kill_9_with_its_resou
     // name -> the resourceVersion the server answered the create with.
     let acknowledged = Arc::new(Mutex::new(BTreeMap::<String, u64>::new()));
     let stop = Arc::new(AtomicBool::new(false));
-    let stop_writers = StopWriters(Arc::clone(&stop));
+    let stop_writers = StopOnDrop(Arc::clone(&stop));
     let writers: Vec<_> = (0..WRITERS)
         .map(|w| {
             let (acknowledged, stop) = (Arc::clone(&acknowledged), Arc::clone(&stop));
@@ -51,7 +36,7 @@ fn every_write_acknowledged_by_concurrent_clients_survives_kill_9_with_its_resou
                     }
                     let name = format!("w{w}-{i}");
                     let file = dir.join(format!("{name}.yaml"));
-                    std::fs::write(&file, machine_manifest(&name)).unwrap();
+                    std::fs::write(&file, machine_yaml(&name, "")).unwrap();
                     let args = [
                         "create",
                         "-f",
@@ -117,7 +102,7 @@ fn every_write_acknowledged_by_concurrent_clients_survives_kill_9_with_its_resou
         "each write had its own resourceVersion"
     );
 
-    let file = server.write("after.yaml", &machine_manifest("after-crash"));
+    let file = server.write("after.yaml", &machine_yaml("after-crash", ""));
     let after: u64 = server
         .kubectl_ok(&[
             "create",
