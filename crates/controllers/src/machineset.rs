@@ -9,7 +9,7 @@ use futures::{FutureExt, StreamExt, future::join_all};
 use k8s_openapi::Resource as _;
 use kube::{
     Api, Client, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions},
     runtime::{
         Controller, WatchStreamExt,
         controller::Action,
@@ -108,18 +108,34 @@ pub async fn run(
         metrics.attach_machine_sets(sets.clone());
     }
     let mapper_namespace = namespace.clone();
+    let owners = caches.owners.clone();
     let by_machine = move |machine: Arc<Machine>| -> Vec<ObjectRef<MachineSet>> {
+        // The set a machine just left (an in-place transfer, a release) counts it no more: its status must say so.
+        let left: Vec<ObjectRef<MachineSet>> = owners
+            .moved_from(&machine)
+            .and_then(|uid| {
+                sets.state()
+                    .iter()
+                    .find(|set| set.uid().as_deref() == Some(uid.as_str()))
+                    .map(|set| ObjectRef::from_obj(&**set))
+            })
+            .into_iter()
+            .collect();
         if let Some(owner) = machine.controller_ref() {
             if owner.kind == MachineSet::KIND {
-                return vec![ObjectRef::new(&owner.name).within(&mapper_namespace)];
+                return [ObjectRef::new(&owner.name).within(&mapper_namespace)]
+                    .into_iter()
+                    .chain(left)
+                    .collect();
             }
-            return Vec::new();
+            return left;
         }
         // An orphan: the sets that would adopt it.
         sets.state()
             .iter()
             .filter(|set| machineset::selects(set, &machine))
             .map(|set| ObjectRef::from_obj(&**set))
+            .chain(left)
             .collect()
     };
     let context = Arc::new(Context {
@@ -330,11 +346,19 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
     };
     for deletion in &plan.delete {
         ctx.with_expectations(&name, |e| e.expect_deletion(deletion.name.clone(), now));
-        match ctx
-            .machine_api()
-            .delete(&deletion.name, &DeleteParams::default())
-            .await
-        {
+        // Guarded by the version decided on: a machine changed since (moved to another set by an in-place transfer
+        // this cache has not seen yet, say) is not deleted but decided on again when its event comes.
+        let decided_on = owned
+            .iter()
+            .find(|m| m.metadata.name.as_deref() == Some(deletion.name.as_str()));
+        let params = DeleteParams {
+            preconditions: decided_on.map(|m| Preconditions {
+                uid: m.uid(),
+                resource_version: m.resource_version(),
+            }),
+            ..DeleteParams::default()
+        };
+        match ctx.machine_api().delete(&deletion.name, &params).await {
             Ok(_) => {
                 crash_point!(SetDeleteMachine, &name);
                 let deleted =
@@ -354,6 +378,10 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
                     .await;
             }
             Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                tracing::debug!(set = %name, machine = %deletion.name, "the machine changed since the decision: not deleted");
+                ctx.with_expectations(&name, |e| e.deletion_failed(&deletion.name));
+            }
             Err(err) => {
                 ctx.with_expectations(&name, |e| e.deletion_failed(&deletion.name));
                 result = ManageResult::Failed(ReplicaFailure {

@@ -89,6 +89,28 @@ struct State {
     current: Index,
     /// The picture a relist is building; it replaces `current` when the relist is done (as the store does).
     relisting: Option<Index>,
+    /// Machines whose last event took them from one owner to another: name → (the owner they left, the
+    /// resourceVersion of that event). An entry goes with the machine's next event or its deletion.
+    moved: HashMap<String, (String, String)>,
+}
+
+impl State {
+    /// Notes whether `machine`'s event takes it from one (non-empty) key to another, by the picture in place now.
+    fn note_move(&mut self, machine: &Machine) {
+        let Some(name) = machine.metadata.name.as_deref() else {
+            return;
+        };
+        let key = (self.current.key_of)(machine);
+        match self.current.owner_of.get(name) {
+            Some(old) if !old.is_empty() && old != key => {
+                let version = machine.metadata.resource_version.clone().unwrap_or_default();
+                self.moved.insert(name.to_owned(), (old.clone(), version));
+            }
+            _ => {
+                self.moved.remove(name);
+            }
+        }
+    }
 }
 
 impl OwnerIndex {
@@ -96,6 +118,7 @@ impl OwnerIndex {
         Self(Arc::new(Mutex::new(State {
             current: Index::new(key_of),
             relisting: None,
+            moved: HashMap::new(),
         })))
     }
 
@@ -109,14 +132,19 @@ impl OwnerIndex {
     pub(crate) fn observe(&self, event: &watcher::Event<Machine>) {
         let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         match event {
-            watcher::Event::Apply(machine) => state.current.insert(machine),
+            watcher::Event::Apply(machine) => {
+                state.note_move(machine);
+                state.current.insert(machine);
+            }
             watcher::Event::Delete(machine) => {
                 if let Some(name) = machine.metadata.name.as_deref() {
                     state.current.remove(name);
+                    state.moved.remove(name);
                 }
             }
             watcher::Event::Init => state.relisting = Some(Index::new(state.current.key_of)),
             watcher::Event::InitApply(machine) => {
+                state.note_move(machine);
                 let key_of = state.current.key_of;
                 state
                     .relisting
@@ -129,6 +157,15 @@ impl OwnerIndex {
                 }
             }
         }
+    }
+
+    /// The key (owner uid) `machine` left with the very event that carries this version of it, if it came from
+    /// another one: the MachineSet controller reconciles the set a machine left too (the reference's `updateMachine`
+    /// enqueues the old controller), so that the old set's status stops counting it.
+    pub(crate) fn moved_from(&self, machine: &Machine) -> Option<String> {
+        let state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (old, version) = state.moved.get(machine.metadata.name.as_deref()?)?;
+        (machine.metadata.resource_version.as_ref() == Some(version)).then(|| old.clone())
     }
 
     /// The machines of `store` controlled by the owner of `uid`, and, with `orphans`, those without a controller too.
@@ -269,6 +306,43 @@ mod tests {
         index.observe(&watcher::Event::Delete(machine("m", Some("B"))));
         assert!(index.machines(&store, "ns", "B", false).is_empty());
         assert!(index.0.lock().unwrap().current.owner_of.is_empty());
+    }
+
+    #[test]
+    fn a_move_between_owners_names_the_owner_left_for_that_event_only() {
+        let versioned = |owner: Option<&str>, rv: &str| {
+            let mut machine = machine("m", owner);
+            machine.metadata.resource_version = Some(rv.into());
+            machine
+        };
+        let index = OwnerIndex::default();
+        index.observe(&watcher::Event::Apply(versioned(None, "1")));
+        index.observe(&watcher::Event::Apply(versioned(Some("A"), "2")));
+        assert_eq!(
+            index.moved_from(&versioned(Some("A"), "2")),
+            None,
+            "an adoption leaves no owner"
+        );
+        index.observe(&watcher::Event::Apply(versioned(Some("B"), "3")));
+        assert_eq!(index.moved_from(&versioned(Some("B"), "3")).as_deref(), Some("A"));
+        assert_eq!(
+            index.moved_from(&versioned(Some("B"), "4")),
+            None,
+            "another version"
+        );
+        index.observe(&watcher::Event::Apply(versioned(Some("B"), "4")));
+        assert_eq!(
+            index.moved_from(&versioned(Some("B"), "3")),
+            None,
+            "gone with the next event"
+        );
+        // A relist that finds the machine with another owner than the picture in place counts as a move too.
+        index.observe(&watcher::Event::Init);
+        index.observe(&watcher::Event::InitApply(versioned(Some("C"), "5")));
+        index.observe(&watcher::Event::InitDone);
+        assert_eq!(index.moved_from(&versioned(Some("C"), "5")).as_deref(), Some("B"));
+        index.observe(&watcher::Event::Delete(versioned(Some("C"), "6")));
+        assert!(index.0.lock().unwrap().moved.is_empty());
     }
 
     #[test]

@@ -182,7 +182,12 @@ pub(super) async fn act(
             }
             InPlaceAction::ReleaseNewSet { set } => {
                 if let Some(set) = owned.iter().find(|s| s.name_any() == *set) {
-                    release(deployment, set, fenceposts, ctx).await?;
+                    release(set, ctx).await?;
+                }
+            }
+            InPlaceAction::AwaitNewSet { set } => {
+                if let Some(set) = owned.iter().find(|s| s.name_any() == *set) {
+                    await_new_set(deployment, set, fenceposts, ctx).await?;
                 }
             }
         }
@@ -278,39 +283,49 @@ async fn transfer_machines(
             write_node(node_api, node, &patch, acted).await?;
         }
     }
-    // 4. The old sets lose what moved; 5. the new set keeps what came and may create again.
-    for (from, count) in &lost {
-        let Some(set) = owned.iter().find(|s| s.name_any() == *from) else {
-            continue;
-        };
-        let replicas = (set.spec.replicas - count).max(0);
+    // 4. The new set's replicas count what came (when a move was skipped); it stays held, and the old sets keep
+    // theirs, until the set controllers count the moves (`settle_transfer` in the next passes).
+    let moved: i32 = lost.values().sum();
+    let replicas = transfer.replicas + moved;
+    if moved != coming {
         sets.patch(
-            from,
+            &transfer.to,
             &PatchParams::default(),
             &Patch::Merge(&set_patch(deployment, replicas, fenceposts, json!({}))),
         )
         .await?;
-        record_scaled(deployment, from, "down", replicas, ctx).await;
     }
-    let moved: i32 = lost.values().sum();
-    let replicas = transfer.replicas + moved;
-    let release = set_patch(
-        deployment,
-        replicas,
-        fenceposts,
-        json!({ "metadata": { "labels": { keys::labels::SCALE_UP_DISABLED: null } } }),
-    );
-    sets.patch(&transfer.to, &PatchParams::default(), &Patch::Merge(&release))
-        .await?;
     if moved > 0 {
         record_scaled(deployment, &transfer.to, "up", replicas, ctx).await;
     }
     Ok(())
 }
 
-/// Releases a new set left labelled `scale-up-disabled` by a transfer that did not finish: its replicas become the
-/// machines it controls as the API server lists them now (the cache may not have seen the moves yet).
-async fn release(
+/// Releases the new set held by a transfer (the pass looks again soon after every in-place act), now that its status counts its replicas: the label goes, guarded by the
+/// resourceVersion decided on (a set changed since is decided on again).
+async fn release(set: &MachineSet, ctx: &Context) -> Result<(), Error> {
+    let patch = json!({ "metadata": {
+        "resourceVersion": set.resource_version(),
+        "labels": { keys::labels::SCALE_UP_DISABLED: null },
+    } });
+    match ctx
+        .set_api()
+        .patch(&set.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(set = %set.name_any(), "in-place transfer counted by the set: releasing the new machine set");
+            Ok(())
+        }
+        Err(err) if changed_under(&err) => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The new set held by a transfer whose status does not count its replicas yet: its replicas come down to the
+/// machines it controls as the API server lists them now (the cache may lag) when a transfer stopped midway; else
+/// its controller has yet to see the moves, and the pass looks again soon.
+async fn await_new_set(
     deployment: &MachineDeployment,
     set: &MachineSet,
     fenceposts: Fenceposts,
@@ -336,18 +351,26 @@ async fn release(
         .await?;
     let count = listed.items.iter().filter(|m| m.is_controlled_by(&uid)).count();
     let replicas = i32::try_from(count).unwrap_or(i32::MAX);
+    if replicas >= set.spec.replicas {
+        return Ok(());
+    }
     tracing::info!(deployment = %deployment.name_any(), set = %set.name_any(), replicas,
-        "releasing the new machine set held by an unfinished in-place transfer");
+        "an in-place transfer stopped midway: the held new machine set comes down to the machines it controls");
     let patch = set_patch(
         deployment,
         replicas,
         fenceposts,
-        json!({ "metadata": { "labels": { keys::labels::SCALE_UP_DISABLED: null } } }),
+        json!({ "metadata": { "resourceVersion": set.resource_version() } }),
     );
-    ctx.set_api()
+    match ctx
+        .set_api()
         .patch(&set.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(err) if changed_under(&err) => Ok(()),
+        Err(err) => Err(err.into()),
+    }
 }
 
 /// The deployment of a node's machine, for the controller's node trigger: only nodes in an in-place update (an

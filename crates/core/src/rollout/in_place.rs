@@ -179,10 +179,12 @@ pub struct Move {
 /// Machines moved to the new set in one go. The controller: (1) raises the new set's replicas by `moves.len()` and
 /// labels it `scale-up-disabled` (so that it neither deletes the machines arriving nor creates any while they
 /// come), one patch carrying the set's resourceVersion; (2) patches each machine (owner reference and labels, with
-/// its resourceVersion; a conflict skips it); (3) uncordons each moved machine's node; (4) lowers each old set by
-/// the machines it lost; (5) sets the new set's replicas to its old value plus the machines moved and removes the
-/// label. A pass that stops between (1) and (5) leaves the new set labelled: the next pass releases it
-/// ([`InPlaceAction::ReleaseNewSet`]).
+/// its resourceVersion; a conflict skips it); (3) uncordons each moved machine's node; (4) when a move was skipped,
+/// sets the new set's replicas to its old value plus the machines moved. The new set stays labelled, and no old
+/// set is lowered, until the set controllers have counted the moves in their statuses: a set controller whose cache
+/// shows a set's new replicas before the machines that moved would create (new set) or delete (old set) to match.
+/// The next passes lower the old sets to the machines their statuses count and release the new set once its status
+/// counts its replicas ([`InPlaceAction::ReleaseNewSet`], [`InPlaceAction::AwaitNewSet`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transfer {
     /// The new set.
@@ -221,9 +223,17 @@ pub enum InPlaceAction {
     },
     /// Move updated machines to the new set.
     Transfer(Transfer),
-    /// The new set still carries `scale-up-disabled` from a transfer that did not finish: set its replicas to the
-    /// machines the API server says it has (a fresh list, not the cache, which may lag) and remove the label.
+    /// The new set carries `scale-up-disabled` from a transfer and its status counts all its replicas (its
+    /// controller has seen the machines that came): remove the label, guarded by the resourceVersion decided on.
     ReleaseNewSet {
+        /// The new set.
+        set: String,
+    },
+    /// The new set carries `scale-up-disabled` from a transfer and its status counts fewer machines than its
+    /// replicas: either its controller has not seen the moves yet (wait), or the transfer stopped between raising
+    /// the replicas and moving every machine. A fresh list (not the cache, which may lag) tells: replicas above the
+    /// machines the set controls come down to them, the label stays.
+    AwaitNewSet {
         /// The new set.
         set: String,
     },
@@ -242,7 +252,8 @@ pub struct InPlacePlan {
 /// One pass of an InPlaceUpdate deployment:
 /// - no new set yet: create it with `min(replicas + surge − machines, replicas)` (0 with Manual), the reference's
 ///   `NewISNewReplicas`; paused, or a scaling event: [`step`](super::step) (proportional scaling);
-/// - a new set still labelled `scale-up-disabled` by an unfinished transfer: release it first, nothing else;
+/// - a new set still labelled `scale-up-disabled` by a transfer: old sets down to what their statuses count, the new
+///   set released once its status counts its replicas, nothing else;
 /// - otherwise, in the reference's order: label old sets `scale-up-disabled` and their nodes `candidate-for-update`;
 ///   clean the new set's updated machines and nodes; shrink old sets to the machines they have; then the new set:
 ///   down to `replicas` if above, up to `replicas − old` if the old sets cannot make up the rest, else move the
@@ -293,9 +304,7 @@ pub fn decide(input: &InPlaceInput<'_>) -> InPlacePlan {
         actions: Vec::new(),
     };
     if new.scale_up_disabled {
-        plan.actions.push(InPlaceAction::ReleaseNewSet {
-            set: new.name.clone(),
-        });
+        settle_transfer(input.old, new, &mut plan);
         return plan;
     }
     mark_old(input, &mut plan);
@@ -350,6 +359,27 @@ pub fn decide(input: &InPlaceInput<'_>) -> InPlacePlan {
         select(input, new, old_total, &old_sorted, &mut plan);
     }
     finish(plan, replicas, new, input.old)
+}
+
+/// After a transfer, with the new set held: old sets come down to the machines their statuses count (their
+/// controllers have seen the moves: lowering them earlier would have them delete machines that left), and the new
+/// set is released once its status counts its replicas, else awaited.
+fn settle_transfer(old: &[SetView], new: &SetView, plan: &mut InPlacePlan) {
+    for set in old {
+        let target = set.replicas.min(set.actual);
+        if target != set.replicas {
+            plan.rollout.scale.push(Scale {
+                name: set.name.clone(),
+                replicas: target,
+            });
+        }
+    }
+    let set = new.name.clone();
+    plan.actions.push(if new.actual >= new.replicas {
+        InPlaceAction::ReleaseNewSet { set }
+    } else {
+        InPlaceAction::AwaitNewSet { set }
+    });
 }
 
 /// Old sets with replicas are labelled `scale-up-disabled`, the nodes of their machines `candidate-for-update`.

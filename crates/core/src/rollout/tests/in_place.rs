@@ -160,11 +160,15 @@ impl World {
                                 None => machine.labels.remove(key),
                             };
                         }
-                        self.sets.get_mut(&moved.from).unwrap().replicas -= 1;
                     }
-                    self.sets.get_mut(to).unwrap().replicas = replicas + count(moves.len());
+                    let new = self.sets.get_mut(to).unwrap();
+                    new.replicas = replicas + count(moves.len());
+                    new.scale_up_disabled = true;
                 }
-                InPlaceAction::ReleaseNewSet { .. } => unreachable!("every transfer completes here"),
+                InPlaceAction::ReleaseNewSet { set } => {
+                    self.sets.get_mut(set).unwrap().scale_up_disabled = false;
+                }
+                InPlaceAction::AwaitNewSet { .. } => {}
             }
         }
     }
@@ -375,7 +379,18 @@ fn manual_never_selects_and_the_new_set_starts_empty() {
     assert_eq!(transfer.moves[0].machine, "m1");
     world.apply(&plan);
     world.sets_act();
+    // The old set keeps its replicas and the new set its hold until the statuses count the move.
+    assert_eq!((world.sets[NEW].replicas, world.sets[OLD].replicas), (1, 3));
+    assert!(world.sets[NEW].scale_up_disabled);
+    let plan = world.plan();
+    assert_eq!(
+        plan.actions,
+        vec![InPlaceAction::ReleaseNewSet { set: NEW.into() }]
+    );
+    world.apply(&plan);
+    world.sets_act();
     assert_eq!((world.sets[NEW].replicas, world.sets[OLD].replicas), (1, 2));
+    assert!(!world.sets[NEW].scale_up_disabled);
     assert!(world.created.is_empty() && world.deleted.is_empty());
 }
 
@@ -443,18 +458,38 @@ fn the_moved_machine_keeps_its_own_labels_and_takes_the_new_selector() {
     assert_eq!(patch["metadata"]["ownerReferences"][0]["controller"], json!(true));
 }
 
+/// A set controller whose cache shows a set's new replicas before the machines that moved would create or delete
+/// to match: the hold stays, and no old set is lowered, until the statuses count the moves.
 #[test]
-fn a_new_set_left_labelled_by_an_unfinished_transfer_is_released_first() {
+fn a_held_new_set_is_awaited_until_its_status_counts_the_moved_machines_and_old_sets_wait_for_theirs() {
     let mut world = World::new(2, Orchestration::Auto, 1, 0);
     let plan = world.plan();
     world.apply(&plan);
-    world.sets.get_mut(NEW).unwrap().scale_up_disabled = true;
+    world.sets_act();
+    // A transfer of one machine whose move neither set controller has counted yet.
+    let new = world.sets.get_mut(NEW).unwrap();
+    new.replicas = 1;
+    new.scale_up_disabled = true;
+    let plan = world.plan();
+    assert_eq!(plan.actions, vec![InPlaceAction::AwaitNewSet { set: NEW.into() }]);
+    assert!(plan.rollout.scale.is_empty(), "{plan:?}");
+    // The old set's controller counted the machine gone: the old set comes down to it.
+    world.sets.get_mut(OLD).unwrap().actual = 1;
     let plan = world.plan();
     assert_eq!(
-        plan.actions,
+        plan.rollout.scale,
+        vec![Scale {
+            name: OLD.into(),
+            replicas: 1
+        }]
+    );
+    assert_eq!(plan.actions, vec![InPlaceAction::AwaitNewSet { set: NEW.into() }]);
+    // The new set's controller counted it too: released.
+    world.sets.get_mut(NEW).unwrap().actual = 1;
+    assert_eq!(
+        world.plan().actions,
         vec![InPlaceAction::ReleaseNewSet { set: NEW.into() }]
     );
-    assert!(plan.rollout.scale.is_empty());
 }
 
 #[test]
