@@ -79,6 +79,32 @@ pub fn generated_name(prefix: &str, suffix: &str) -> String {
     format!("{}{suffix}", &prefix[..end])
 }
 
+/// How often a create with generateName draws a new name when the one drawn is taken (kube-apiserver's
+/// `maxNameGenerationCreateAttempts`: 8 attempts).
+const GENERATE_NAME_RETRIES: usize = 7;
+
+/// Runs `attempt` with `name` and, for a generated name (`prefix`) that is taken (409 AlreadyExists), again with a
+/// new suffix from `draw`, up to [`GENERATE_NAME_RETRIES`] times, as kube-apiserver does since 1.32
+/// (RetryGenerateName, KEP-4420): five random characters collide within a few thousand names otherwise.
+pub fn retry_generated_name<T>(
+    name: String,
+    prefix: Option<&str>,
+    mut draw: impl FnMut() -> String,
+    mut attempt: impl FnMut(&str) -> Result<T, ApiError>,
+) -> Result<T, ApiError> {
+    let mut name = name;
+    let mut retries = 0;
+    loop {
+        match (attempt(&name), prefix) {
+            (Err(ApiError::AlreadyExists(_)), Some(prefix)) if retries < GENERATE_NAME_RETRIES => {
+                retries += 1;
+                name = generated_name(prefix, &draw());
+            }
+            (outcome, _) => return outcome,
+        }
+    }
+}
+
 /// kube-apiserver's `summarizeData(body, 30)`: a JSON body's first 30 bytes, then " ...". Only this much of a body
 /// is ever echoed in an error, so a refused body's secrets stay out of responses and logs.
 fn summarize(object: &Value) -> String {
@@ -217,6 +243,41 @@ pub fn validate(def: &ResourceDef, object: &Value) -> Vec<Cause> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Subject;
+
+    /// A create whose names are taken while `taken` says so: the names it tried, and how it ended.
+    fn create_with(prefix: Option<&str>, taken: usize) -> (Vec<String>, Result<String, ApiError>) {
+        let mut tried = Vec::new();
+        let mut suffixes = (0..).map(|n: usize| format!("{n:05}"));
+        let outcome = retry_generated_name(
+            "first".to_owned(),
+            prefix,
+            || suffixes.next().unwrap_or_default(),
+            |name| {
+                tried.push(name.to_owned());
+                if tried.len() <= taken {
+                    Err(ApiError::AlreadyExists(Subject::default()))
+                } else {
+                    Ok(name.to_owned())
+                }
+            },
+        );
+        (tried, outcome)
+    }
+
+    #[test]
+    fn a_taken_generated_name_is_drawn_again_up_to_seven_times_as_kube_apiserver_does() {
+        let (tried, outcome) = create_with(Some("m-"), 2);
+        assert_eq!(tried, ["first", "m-00000", "m-00001"]);
+        assert_eq!(outcome.ok().as_deref(), Some("m-00001"));
+        let (tried, outcome) = create_with(Some("m-"), 100);
+        assert_eq!(tried.len(), 8, "8 attempts in all");
+        assert!(matches!(outcome, Err(ApiError::AlreadyExists(_))));
+        // A name given by the client is never replaced.
+        let (tried, outcome) = create_with(None, 1);
+        assert_eq!(tried, ["first"]);
+        assert!(matches!(outcome, Err(ApiError::AlreadyExists(_))));
+    }
 
     #[test]
     fn generate_name_keeps_58_bytes_and_masks_a_trailing_dash() {

@@ -331,6 +331,7 @@ pub fn create(store: &Store, ctx: &Context, mut object: Value) -> Result<Outcome
             "resourceVersion should not be set on objects to be created".into(),
         ));
     }
+    let mut generate_name: Option<String> = None;
     let name = match meta.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) {
         Some(name) => name.to_owned(),
         None => match meta
@@ -338,7 +339,10 @@ pub fn create(store: &Store, ctx: &Context, mut object: Value) -> Result<Outcome
             .and_then(Value::as_str)
             .filter(|n| !n.is_empty())
         {
-            Some(prefix) => crate::metadata::generated_name(prefix, &random_suffix()),
+            Some(prefix) => {
+                generate_name = Some(prefix.to_owned());
+                crate::metadata::generated_name(prefix, &random_suffix())
+            }
             None => {
                 return Err(ApiError::invalid(
                     &ctx.def,
@@ -391,10 +395,16 @@ pub fn create(store: &Store, ctx: &Context, mut object: Value) -> Result<Outcome
     }
     crate::apply::record(ctx, None, &mut object)?;
     check_namespace(store, ctx)?;
-    let (stored, _) = commit(store, ctx, &name, |current| match current {
-        Some(_) => Err(ApiError::already_exists(&ctx.def, &name)),
-        None => Ok(Mutation::Put(object)),
-    })?;
+    let stored =
+        crate::metadata::retry_generated_name(name, generate_name.as_deref(), random_suffix, |name| {
+            let mut attempt = object.clone();
+            meta_mut(&mut attempt).insert("name".into(), json!(name));
+            commit(store, ctx, name, |current| match current {
+                Some(_) => Err(ApiError::already_exists(&ctx.def, name)),
+                None => Ok(Mutation::Put(attempt)),
+            })
+            .map(|(stored, _)| stored)
+        })?;
     Ok(Outcome {
         object: stored.map(|o| (*o).clone()).unwrap_or_default(),
         warnings,

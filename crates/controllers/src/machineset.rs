@@ -204,6 +204,17 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
     let now = jiff::Timestamp::now();
     // The set's machines and the orphans it may adopt: all that `claim_machines` does not ignore.
     let uid = set.uid().unwrap_or_default();
+    // The machines whose creation or deletion is awaited, as the cache holds them, looked up before the set's own:
+    // the cache only moves forward, so a creation seen here is among `all` too. Looked up after `all`, a machine that
+    // arrived in between met its expectation without being counted, and the set created one too many.
+    let awaited: Vec<Arc<Machine>> = ctx
+        .with_expectations(&name, |e| e.awaited().map(str::to_owned).collect::<Vec<_>>())
+        .iter()
+        .filter_map(|machine| {
+            ctx.machines
+                .get(&ObjectRef::new(machine).within(&ctx.config.namespace))
+        })
+        .collect();
     let all = ctx
         .owners
         .machines(&ctx.machines, &ctx.config.namespace, &uid, true);
@@ -275,15 +286,8 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
         })
         .collect();
     let expectations = ctx.with_expectations(&name, |e| {
-        // Besides the set's own machines, the awaited ones as the cache holds them (one may have another owner).
-        let awaited: Vec<Arc<Machine>> = e
-            .awaited()
-            .filter_map(|machine| {
-                ctx.machines
-                    .get(&ObjectRef::new(machine).within(&ctx.config.namespace))
-            })
-            .collect();
-        e.observe(all.iter().chain(&awaited).map(|m| &**m));
+        // Besides the set's own machines, the awaited ones (one may have another owner); the later look, `all`, wins.
+        e.observe(awaited.iter().chain(&all).map(|m| &**m));
         e.expire(now);
         e.clone()
     });
