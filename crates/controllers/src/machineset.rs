@@ -343,6 +343,10 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
             )
             .await?;
     }
+    // A deletion refused because the machine changed means the plan was decided on a stale view: its creations
+    // (a Failed machine's replacement, say) wait for the pass that the machine's event brings, lest the set run
+    // one machine over while the machine it would replace lives on.
+    let mut decided_on_stale = false;
     let mut result = if plan.delete.is_empty() && plan.create == 0 {
         ManageResult::NotRun
     } else {
@@ -385,6 +389,7 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 tracing::debug!(set = %name, machine = %deletion.name, "the machine changed since the decision: not deleted");
                 ctx.with_expectations(&name, |e| e.deletion_failed(&deletion.name));
+                decided_on_stale = true;
             }
             Err(err) => {
                 ctx.with_expectations(&name, |e| e.deletion_failed(&deletion.name));
@@ -395,7 +400,7 @@ async fn pass(set: Arc<MachineSet>, ctx: &Context) -> Result<Action, Error> {
             }
         }
     }
-    if plan.create > 0 {
+    if plan.create > 0 && !decided_on_stale {
         let template = machineset::machine_to_create(&set);
         let machines = ctx.machine_api();
         let params = PostParams::default();
