@@ -80,7 +80,7 @@ pub(crate) struct OwnerIndex(Arc<Mutex<State>>);
 
 impl Default for OwnerIndex {
     fn default() -> Self {
-        Self::keyed(controller_uid)
+        Self::keyed(controller_uid, true)
     }
 }
 
@@ -90,42 +90,43 @@ struct State {
     /// The picture a relist is building; it replaces `current` when the relist is done (as the store does).
     relisting: Option<Index>,
     /// Machines whose last event took them from one owner to another: name → (the owner they left, the
-    /// resourceVersion of that event). An entry goes with the machine's next event or its deletion.
-    moved: HashMap<String, (String, String)>,
+    /// resourceVersion of that event). An entry goes with the machine's next event or its deletion. Kept by the owner
+    /// index only (`None` for [`OwnerIndex::by_node`], whose moves nobody reads).
+    moved: Option<HashMap<String, (String, String)>>,
 }
 
 impl State {
     /// Notes whether `machine`'s event takes it from one (non-empty) key to another, by the picture in place now.
     fn note_move(&mut self, machine: &Machine) {
-        let Some(name) = machine.metadata.name.as_deref() else {
+        let (Some(moved), Some(name)) = (self.moved.as_mut(), machine.metadata.name.as_deref()) else {
             return;
         };
         let key = (self.current.key_of)(machine);
         match self.current.owner_of.get(name) {
             Some(old) if !old.is_empty() && old != key => {
                 let version = machine.metadata.resource_version.clone().unwrap_or_default();
-                self.moved.insert(name.to_owned(), (old.clone(), version));
+                moved.insert(name.to_owned(), (old.clone(), version));
             }
             _ => {
-                self.moved.remove(name);
+                moved.remove(name);
             }
         }
     }
 }
 
 impl OwnerIndex {
-    fn keyed(key_of: KeyOf) -> Self {
+    fn keyed(key_of: KeyOf, track_moves: bool) -> Self {
         Self(Arc::new(Mutex::new(State {
             current: Index::new(key_of),
             relisting: None,
-            moved: HashMap::new(),
+            moved: track_moves.then(HashMap::new),
         })))
     }
 
     /// Machine names by the node their `node` label names: the machine of a node without a scan of every machine
     /// (a scan per node deletion made the node deletion controller's cost quadratic in the machines).
     pub(crate) fn by_node() -> Self {
-        Self::keyed(node_label)
+        Self::keyed(node_label, false)
     }
 
     /// Applies one watch event (put this in the watch stream ahead of the store's `reflect`).
@@ -139,7 +140,9 @@ impl OwnerIndex {
             watcher::Event::Delete(machine) => {
                 if let Some(name) = machine.metadata.name.as_deref() {
                     state.current.remove(name);
-                    state.moved.remove(name);
+                    if let Some(moved) = state.moved.as_mut() {
+                        moved.remove(name);
+                    }
                 }
             }
             watcher::Event::Init => state.relisting = Some(Index::new(state.current.key_of)),
@@ -164,7 +167,7 @@ impl OwnerIndex {
     /// enqueues the old controller), so that the old set's status stops counting it.
     pub(crate) fn moved_from(&self, machine: &Machine) -> Option<String> {
         let state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let (old, version) = state.moved.get(machine.metadata.name.as_deref()?)?;
+        let (old, version) = state.moved.as_ref()?.get(machine.metadata.name.as_deref()?)?;
         (machine.metadata.resource_version.as_ref() == Some(version)).then(|| old.clone())
     }
 
@@ -279,6 +282,10 @@ mod tests {
         feed(watcher::Event::Apply(on("m1", "n2")));
         assert!(index.machines(&store, "ns", "n1", false).is_empty());
         assert_eq!(names(&index.machines(&store, "ns", "n2", false)), ["m1", "m2"]);
+        assert!(
+            index.0.lock().unwrap().moved.is_none(),
+            "moves between nodes are not kept"
+        );
         feed(watcher::Event::Init);
         feed(watcher::Event::InitApply(on("m2", "n2")));
         feed(watcher::Event::InitDone);
@@ -342,7 +349,15 @@ mod tests {
         index.observe(&watcher::Event::InitDone);
         assert_eq!(index.moved_from(&versioned(Some("C"), "5")).as_deref(), Some("B"));
         index.observe(&watcher::Event::Delete(versioned(Some("C"), "6")));
-        assert!(index.0.lock().unwrap().moved.is_empty());
+        assert!(
+            index
+                .0
+                .lock()
+                .unwrap()
+                .moved
+                .as_ref()
+                .is_some_and(HashMap::is_empty)
+        );
     }
 
     #[test]

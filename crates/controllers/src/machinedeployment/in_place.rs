@@ -301,8 +301,9 @@ async fn transfer_machines(
     Ok(())
 }
 
-/// Releases the new set held by a transfer (the pass looks again soon after every in-place act), now that its status counts its replicas: the label goes, guarded by the
-/// resourceVersion decided on (a set changed since is decided on again).
+/// Releases the new set held by a transfer, now that its status counts its replicas: the label goes, guarded by the
+/// resourceVersion decided on (a set changed since is decided on again; the pass looks again soon after every
+/// in-place act).
 async fn release(set: &MachineSet, ctx: &Context) -> Result<(), Error> {
     let patch = json!({ "metadata": {
         "resourceVersion": set.resource_version(),
